@@ -1,0 +1,1 @@
+"""dsh — the pure core of dsh-pipeline (being built)."""
