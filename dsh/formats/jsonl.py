@@ -1,0 +1,128 @@
+"""Reading and writing session files: a header line, then one event per line.
+
+Reading migrates any older version to v3; writing only ever produces v3.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dsh.errors import FormatError
+from dsh.formats.header import BAD_HEADER, SESSION_FORMAT_VERSION, SessionHeader, parse_header
+from dsh.formats.log import Entry, WireEvent
+from dsh.formats.migrations import migrate_entries
+from dsh.formats.wire import (
+    DEFAULT_LIMITS,
+    Limits,
+    PathLike,
+    Source,
+    decode_line,
+    encode_line,
+    iter_source_lines,
+)
+
+if TYPE_CHECKING:
+    from dsh import Event
+
+
+def read_wire(
+    source: Source, limits: Limits = DEFAULT_LIMITS
+) -> tuple[SessionHeader, list[WireEvent]]:
+    """The header and the v3 wire dicts of a session file of any supported version.
+
+    Blank lines are skipped (a trailing one is common); line numbers still count them.
+    """
+    header: SessionHeader | None = None
+    entries: list[Entry] = []
+    for number, raw in iter_source_lines(source, limits):
+        if not raw.strip():
+            continue
+        value = decode_line(raw, number)
+        if header is None:
+            header = parse_header(value, number)
+        else:
+            entries.append(Entry(value, number))
+    if header is None:
+        raise FormatError("session file has no header line", code=BAD_HEADER)
+    migrated = migrate_entries(header.version, entries)
+    header = SessionHeader(header.id, header.created_at, SESSION_FORMAT_VERSION, header.version)
+    return header, [e.event for e in migrated]
+
+
+def read_jsonl(
+    source: Source, limits: Limits = DEFAULT_LIMITS
+) -> tuple[SessionHeader, tuple[Event, ...]]:
+    """``dsh.formats.read_jsonl``: a session file of any supported version as v3 events."""
+    from dsh import Event  # the formats package is imported by dsh itself
+
+    header, wire = read_wire(source, limits)
+    return header, tuple(Event.from_json(d) for d in wire)
+
+
+def _as_wire(event: Event | Mapping[str, Any]) -> Any:
+    return event if isinstance(event, Mapping) else event.to_json()
+
+
+def encode_session(
+    header: SessionHeader, events: Iterable[Event | Mapping[str, Any]]
+) -> Iterator[bytes]:
+    """The lines of a v3 session file, newline-terminated."""
+    if header.version != SESSION_FORMAT_VERSION:
+        raise FormatError(
+            f"only version {SESSION_FORMAT_VERSION} is written, not {header.version}",
+            code=BAD_HEADER,
+        )
+    yield encode_line(header.to_json())
+    for event in events:
+        yield encode_line(_as_wire(event))
+
+
+def write_jsonl(
+    path: PathLike,
+    header: SessionHeader | str,
+    events: Iterable[Event | Mapping[str, Any]],
+    *,
+    created_at: int | None = None,
+) -> SessionHeader:
+    """Write a v3 session file atomically: a reader sees the old file or the whole new one.
+
+    ``header`` may be just the session id; ``createdAt`` then defaults to the first event's
+    time (0 for an empty log), keeping the output a pure function of the input.
+    """
+    events = list(events)
+    if isinstance(header, str):
+        if created_at is None:
+            created_at = int(_as_wire(events[0]).get("time", 0)) if events else 0
+        header = SessionHeader(header, created_at)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for line in encode_session(header, events):
+                fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_directory(target.parent)
+    return header
+
+
+def fsync_directory(directory: PathLike) -> None:
+    """Make a created or renamed directory entry durable (POSIX; a no-op where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some platforms and file systems refuse fsync on directories
+    finally:
+        os.close(fd)
