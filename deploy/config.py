@@ -1,0 +1,103 @@
+"""Typed settings read from the environment, shared by every service and tool.
+
+Each settings class reads variables with its own prefix. A variable that carries the prefix
+but names no field is an error: a typo such as ``DSH_KAFKA_BOOTSTRAP_SERVER`` must not silently
+fall back to a default and point a service at the wrong cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dsh.errors import SessionError, register_error
+
+
+@register_error
+class ConfigError(SessionError):
+    default_code = "CONFIG"
+
+
+class StrictSettings(BaseSettings):
+    """Settings that refuse unknown variables under their prefix."""
+
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_variables(cls, values: Any) -> Any:
+        prefix = cls.model_config.get("env_prefix", "")
+        if prefix:
+            known = {prefix + name.upper() for name in cls.model_fields}
+            unknown = sorted(k for k in os.environ if k.startswith(prefix) and k not in known)
+            if unknown:
+                raise ConfigError(
+                    f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                    code="UNKNOWN_SETTING",
+                )
+        return values
+
+
+class KafkaSettings(StrictSettings):
+    """How services reach Kafka (``DSH_KAFKA_*``). Secrets never appear in ``repr`` or logs."""
+
+    model_config = SettingsConfigDict(env_prefix="DSH_KAFKA_", extra="forbid", frozen=True)
+
+    bootstrap_servers: str = "127.0.0.1:19092"
+    topic_prefix: str = "dsh.session"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: SecretStr | None = None
+
+    def client_config(self) -> dict[str, str | int | float | bool]:
+        """The librdkafka settings shared by every producer, consumer and admin client."""
+        config: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        optional: dict[str, str | SecretStr | None] = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+            "ssl.key.password": self.ssl_key_password,
+        }
+        for key, value in optional.items():
+            if value is not None:
+                config[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return config
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}.{name}"
+
+
+class RedisSettings(StrictSettings):
+    """How services reach Redis (``DSH_REDIS_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="DSH_REDIS_", extra="forbid", frozen=True)
+
+    url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
+    username: str | None = None
+    password: SecretStr | None = None
+    ssl_ca_certs: str | None = None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``redis.Redis.from_url(url, **kwargs)``."""
+        kwargs: dict[str, Any] = {}
+        if self.username is not None:
+            kwargs["username"] = self.username
+        if self.password is not None:
+            kwargs["password"] = self.password.get_secret_value()
+        if self.ssl_ca_certs is not None:
+            kwargs["ssl_ca_certs"] = self.ssl_ca_certs
+        return kwargs

@@ -1,0 +1,294 @@
+"""A real Apache Kafka cluster in KRaft mode on loopback, run from Maven Central jars.
+
+Each node is a combined broker+controller. One node is the development default; three give
+the fault-test cluster (replication factor 3, min ISR 2), so the same code serves both.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy.local.errors import LocalStackError
+from deploy.local.processes import ManagedProcess, port_accepts
+from deploy.local.settings import LocalStackSettings
+
+POM = Path(__file__).with_name("pom.xml")
+_COMPLETE = ".complete"
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log_dir}/server.log
+appender.file.filePattern = {log_dir}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka_request.name = kafka.request.logger
+logger.kafka_request.level = WARN
+"""
+
+
+def ensure_kafka_jars(settings: LocalStackSettings) -> Path:
+    """Resolve the broker's jars from Maven Central once; later calls reuse the copy."""
+    libs = settings.kafka_jars_dir()
+    if (libs / _COMPLETE).exists():
+        return libs
+    for tool in ("mvn", "java"):
+        if shutil.which(tool) is None:
+            raise LocalStackError(
+                f"`{tool}` is not on PATH; Kafka's jars are resolved with Maven, run on Java 17+",
+                code="TOOL_MISSING",
+            )
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    # Copy into a fresh folder and rename it into place, so an interrupted download never
+    # leaves a half-filled libs folder that looks complete.
+    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=libs.parent))
+    result = subprocess.run(
+        [
+            "mvn", "-q", "-B", "-f", str(POM),
+            "dependency:copy-dependencies",
+            f"-Dkafka.version={settings.kafka_version}",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    if result.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+        shutil.rmtree(staging, ignore_errors=True)
+        raise LocalStackError(
+            f"resolving Kafka {settings.kafka_version} jars from Maven Central failed:\n"
+            f"{result.stdout[-2000:]}{result.stderr[-2000:]}",
+            code="JARS_UNAVAILABLE",
+        )
+    (staging / _COMPLETE).write_text(settings.kafka_version + "\n")
+    shutil.rmtree(libs, ignore_errors=True)
+    staging.rename(libs)
+    return libs
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    node_id: int
+    port: int
+    controller_port: int
+    home: Path
+
+    @property
+    def properties(self) -> Path:
+        return self.home / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    def process(self) -> ManagedProcess:
+        return ManagedProcess(
+            f"kafka node {self.node_id} (port {self.port})",
+            self.home / "kafka.pid",
+            self.home / "stdout.log",
+            # The properties path is on the java command line and unique to this node.
+            marker=str(self.properties),
+        )
+
+
+class KafkaCluster:
+    def __init__(self, settings: LocalStackSettings) -> None:
+        self.settings = settings
+        self.home = settings.state_dir / "kafka"
+        self.nodes = [
+            KafkaNode(
+                node_id=i + 1,
+                port=settings.kafka_port + i,
+                controller_port=settings.controller_port + i,
+                home=self.home / f"node-{i + 1}",
+            )
+            for i in range(settings.brokers)
+        ]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.settings.bootstrap_servers()
+
+    def ports(self) -> dict[int, str]:
+        ports: dict[int, str] = {}
+        for node in self.nodes:
+            ports[node.port] = f"Kafka node {node.node_id} listener"
+            ports[node.controller_port] = f"Kafka node {node.node_id} controller"
+        return ports
+
+    def running_nodes(self) -> list[KafkaNode]:
+        return [node for node in self.nodes if node.process().is_running()]
+
+    def start(self) -> None:
+        libs = ensure_kafka_jars(self.settings)
+        cluster_id = self._cluster_id()
+        for node in self.nodes:
+            if node.process().is_running():
+                continue
+            self._write_config(node)
+            if not (node.data_dir / "meta.properties").exists():
+                self._format(node, libs, cluster_id)
+            node.process().start(self._java(node, libs, "kafka.Kafka", str(node.properties)))
+
+    def start_node(self, node: KafkaNode) -> None:
+        """Restart one stopped node (fault tests bring a killed broker back)."""
+        libs = ensure_kafka_jars(self.settings)
+        node.process().start(self._java(node, libs, "kafka.Kafka", str(node.properties)))
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until every node listens and the cluster reports all brokers in its metadata."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + (timeout_s or self.settings.startup_timeout_s)
+        for node in self.nodes:
+            while not port_accepts(node.port):
+                if not node.process().is_running():
+                    raise node.process().fail("exited during start-up")
+                if time.monotonic() > deadline:
+                    raise node.process().fail(f"port {node.port} did not open in time")
+                time.sleep(0.2)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        while True:
+            try:
+                metadata = admin.list_topics(timeout=2)
+                if len(metadata.brokers) == len(self.nodes):
+                    break
+            except Exception as exc:  # KafkaException while the controller elects itself
+                last = exc
+            else:
+                last = LocalStackError(f"{len(metadata.brokers)} of {len(self.nodes)} brokers up")
+            if time.monotonic() > deadline:
+                raise LocalStackError(f"Kafka did not become ready in time: {last}", code="TIMEOUT")
+            time.sleep(0.3)
+        self._warm_coordinators(deadline)
+
+    def _warm_coordinators(self, deadline: float) -> None:
+        """Make the transaction and group coordinators load before we call Kafka ready.
+
+        Both internal topics are created on first use; until they are loaded, clients get
+        COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR. Services retry those, but "ready"
+        should mean a first transaction and a first offset fetch succeed at once.
+        """
+        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+        remaining = max(deadline - time.monotonic(), 1.0)
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap_servers, "transactional.id": "dsh-local-readiness"}
+        )
+        try:
+            producer.init_transactions(remaining)
+        except KafkaException as exc:
+            raise LocalStackError(
+                f"Kafka transactions are not available: {exc}", code="TIMEOUT"
+            ) from exc
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap_servers, "group.id": "dsh-local-readiness"}
+        )
+        try:
+            while True:
+                try:
+                    consumer.committed([TopicPartition("__dsh_readiness", 0)], timeout=2)
+                    return
+                except KafkaException as exc:
+                    if time.monotonic() > deadline:
+                        raise LocalStackError(
+                            f"Kafka's group coordinator did not load in time: {exc}", code="TIMEOUT"
+                        ) from exc
+                    time.sleep(0.2)
+        finally:
+            consumer.close()
+
+    def stop(self) -> int:
+        # Stop in reverse so the last voter standing is node 1, which keeps shutdown orderly.
+        return sum(node.process().stop(timeout_s=30) for node in reversed(self.nodes))
+
+    def _cluster_id(self) -> str:
+        path = self.home / "cluster.id"
+        if path.exists():
+            return path.read_text().strip()
+        self.home.mkdir(parents=True, exist_ok=True)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        path.write_text(cluster_id + "\n")
+        return cluster_id
+
+    def _write_config(self, node: KafkaNode) -> None:
+        node.home.mkdir(parents=True, exist_ok=True)
+        count = len(self.nodes)
+        replication = min(3, count)
+        min_isr = min(2, count)
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        lines = {
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": node.data_dir,
+            # On one node these must be 1, or the coordinator can never create its internal
+            # topics and init_transactions hangs.
+            "offsets.topic.replication.factor": replication,
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": min_isr,
+            "default.replication.factor": replication,
+            "min.insync.replicas": min_isr,
+            # Fewer internal partitions: coordinator start-up is faster on a 2-core machine.
+            "offsets.topic.num.partitions": 8,
+            "transaction.state.log.num.partitions": 8,
+            "group.initial.rebalance.delay.ms": 0,
+            # Topics are created on purpose with their own settings; a typo must not make one.
+            "auto.create.topics.enable": "false",
+            "num.partitions": self.settings.partitions,
+        }
+        node.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
+        (node.home / "log4j2.properties").write_text(_LOG4J2.format(log_dir=node.home / "logs"))
+
+    def _format(self, node: KafkaNode, libs: Path, cluster_id: str) -> None:
+        argv = self._java(
+            node, libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
+            "-t", cluster_id, "-c", str(node.properties),
+        )  # fmt: skip
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise LocalStackError(
+                f"formatting Kafka storage for node {node.node_id} failed:\n"
+                f"{result.stdout}{result.stderr}",
+                code="FORMAT_FAILED",
+            )
+
+    def _java(self, node: KafkaNode, libs: Path, main: str, *args: str) -> list[str]:
+        java_home = os.environ.get("JAVA_HOME")
+        java = str(Path(java_home) / "bin" / "java") if java_home else "java"
+        return [
+            java,
+            "-Xms128m",
+            f"-Xmx{self.settings.kafka_heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={node.home / 'log4j2.properties'}",
+            "-cp",
+            f"{libs}/*",
+            main,
+            *args,
+        ]

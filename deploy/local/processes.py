@@ -1,0 +1,149 @@
+"""Ports and detached server processes tracked by pid files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from deploy.local.errors import LocalStackError, PortInUseError
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Without SO_REUSEADDR a port in TIME_WAIT after our own `dsh down` would look taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def require_free_ports(ports: dict[int, str]) -> None:
+    for port, purpose in ports.items():
+        if not port_is_free(port):
+            raise PortInUseError(port, purpose)
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports that are free right now (the OS picks them)."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+class ManagedProcess:
+    """A server process started detached from the caller, found again through its pid file.
+
+    The pid file records the pid and a marker that must appear in the process's command
+    line, so a recycled pid is never mistaken for (or killed as) our server.
+    """
+
+    def __init__(self, name: str, pid_file: Path, log_file: Path, marker: str) -> None:
+        self.name = name
+        self.pid_file = pid_file
+        self.log_file = log_file
+        self.marker = marker
+
+    def start(self, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as log:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # survives the CLI that started it; ^C does not reach it
+                env=env,
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if self._is_ours(pid) else None
+
+    def _is_ours(self, pid: int) -> bool:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        # A zombie has finished; only its parent has yet to reap it.
+        state = stat.rsplit(")", 1)[-1].split()[0]
+        return state != "Z" and self.marker.encode() in cmdline
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """SIGTERM, then SIGKILL after ``timeout_s``. Returns whether a process was stopped."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._is_ours(pid):
+            _reap(pid)
+            time.sleep(0.1)
+        if self._is_ours(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while self._is_ours(pid):
+                _reap(pid)
+                time.sleep(0.05)
+        _reap(pid)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL at once, as a crash would (fault tests)."""
+        pid = self.pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while self._is_ours(pid):
+                _reap(pid)
+                time.sleep(0.05)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def fail(self, reason: str) -> LocalStackError:
+        return LocalStackError(
+            f"{self.name}: {reason}\n--- last lines of {self.log_file} ---\n{self.log_tail()}"
+        )
+
+
+def _reap(pid: int) -> None:
+    # Only succeeds when we are the parent (tests start servers in-process); else harmless.
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)

@@ -1,0 +1,83 @@
+"""The Kafka topics of CONTRACT §6, their settings, and idempotent creation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deploy.config import ConfigError, KafkaSettings
+from dsh.errors import SessionError, register_error
+
+_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+_ONE_WEEK_MS = str(7 * 24 * 3600 * 1000)
+_ONE_DAY_MS = str(24 * 3600 * 1000)
+
+
+@register_error
+class TopicError(SessionError):
+    default_code = "TOPIC"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str  # without the configurable prefix
+    config: dict[str, str] = field(default_factory=dict)
+
+
+# Commands and events must have the same partition count: partition p of one maps to
+# partition p of the other, which is what lets one writer own a session on both.
+TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec("commands", {"retention.ms": _ONE_WEEK_MS}),
+    TopicSpec("events", dict(_FOREVER)),  # the source of truth: never expires
+    TopicSpec("replies", {"retention.ms": _ONE_DAY_MS}),
+    TopicSpec("snapshots", {"cleanup.policy": "compact"}),
+    TopicSpec("dlq", dict(_FOREVER)),
+)
+
+
+def ensure_topics(
+    kafka: KafkaSettings,
+    partitions: int,
+    replication_factor: int = -1,
+    timeout_s: float = 30.0,
+) -> list[str]:
+    """Create the missing topics; refuse existing ones whose partition count differs.
+
+    ``replication_factor=-1`` takes the broker's ``default.replication.factor``.
+    Returns the names of the topics created.
+    """
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    if partitions < 1:
+        raise ConfigError(f"partitions must be at least 1, got {partitions}")
+    admin = AdminClient(kafka.client_config())
+    existing = admin.list_topics(timeout=timeout_s).topics
+    missing = []
+    for spec in TOPICS:
+        name = kafka.topic(spec.name)
+        if name in existing:
+            count = len(existing[name].partitions)
+            if count != partitions:
+                raise TopicError(
+                    f"topic {name} has {count} partitions, expected {partitions}; commands and "
+                    "events must be partition-aligned",
+                    code="PARTITION_MISMATCH",
+                )
+            continue
+        missing.append(NewTopic(name, partitions, replication_factor, config=dict(spec.config)))
+    if not missing:
+        return []
+    futures = admin.create_topics(missing, operation_timeout=timeout_s, request_timeout=timeout_s)
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result()
+        except Exception as exc:
+            # Another process may have created it between our listing and our request.
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise TopicError(
+                    f"creating topic {name} failed: {exc}", code="CREATE_FAILED"
+                ) from exc
+        else:
+            created.append(name)
+    return created

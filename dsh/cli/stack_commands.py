@@ -1,0 +1,82 @@
+"""`dsh up`, `dsh down`, `dsh status` and (for now) `dsh demo`: the local stack."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deploy.local.stack import ComponentStatus, LocalStack
+
+
+def register(commands: Any) -> None:
+    up = commands.add_parser("up", help="start the local Kafka (KRaft) and Redis; idempotent")
+    up.add_argument("--json", action="store_true", help="print the status as JSON")
+    up.set_defaults(handler=_up)
+
+    down = commands.add_parser("down", help="stop the local stack; leaves no processes")
+    down.set_defaults(handler=_down)
+
+    setup = commands.add_parser(
+        "setup", help="install what the local stack runs on (Kafka jars, redis-server); once"
+    )
+    setup.set_defaults(handler=_setup)
+
+    status = commands.add_parser("status", help="show the local stack's processes and health")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(handler=_status)
+
+    demo = commands.add_parser("demo", help="bring the local stack up and report it healthy")
+    demo.add_argument("--json", action="store_true", help="print the status as JSON")
+    demo.set_defaults(handler=_up)
+
+
+def _stack() -> LocalStack:
+    from deploy.local.stack import LocalStack
+
+    return LocalStack()
+
+
+def _up(args: argparse.Namespace) -> int:
+    stack = _stack()
+    started = time.monotonic()
+    if not args.json:
+        print(f"starting the local stack (state in {stack.settings.state_dir}) ...", flush=True)
+    statuses = stack.up()
+    if not args.json:
+        print(f"ready in {time.monotonic() - started:.1f}s")
+        print(f"  Kafka bootstrap servers: {stack.settings.bootstrap_servers()}")
+        print(f"  Redis: {stack.settings.redis_url()}")
+    return _report(statuses, args.json)
+
+
+def _setup(args: argparse.Namespace) -> int:
+    stack = _stack()
+    stack.install()
+    print(f"Kafka {stack.settings.kafka_version} jars in {stack.settings.kafka_jars_dir()}")
+    print("redis-server installed")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = _stack().down()
+    print(f"stopped {stopped} process(es)" if stopped else "nothing was running")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    return _report(_stack().status(), args.json)
+
+
+def _report(statuses: list[ComponentStatus], as_json: bool) -> int:
+    healthy = all(s.healthy for s in statuses)
+    if as_json:
+        print(json.dumps({"healthy": healthy, "components": [s.as_dict() for s in statuses]}))
+    else:
+        print(f"{'component':<10} {'pid':>8} {'port':>6}  {'health':<9} detail")
+        for s in statuses:
+            health = "healthy" if s.healthy else "DOWN"
+            print(f"{s.name:<10} {s.pid or '-':>8} {s.port:>6}  {health:<9} {s.detail}")
+    return 0 if healthy else 1

@@ -1,0 +1,1 @@
+"""The single-writer service and ``SessionClient`` (exactly-once appends over Kafka)."""

@@ -1,0 +1,1 @@
+"""Consumer services that build the surface, transcript and audit read models in Redis."""

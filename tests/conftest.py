@@ -1,0 +1,97 @@
+"""Fixtures shared by every test: real Kafka and Redis, started once per test session.
+
+The broker and Redis run on free loopback ports with private data dirs under pytest's temp
+folder, and are stopped at the end. To reuse servers you already run (faster iteration), set
+``DSH_TEST_BOOTSTRAP`` and ``DSH_TEST_REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    import redis
+
+    from deploy.config import KafkaSettings
+
+INTEGRATION_DIR = os.path.join(os.path.dirname(__file__), "integration")
+TEST_PARTITIONS = 4
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if str(item.fspath).startswith(INTEGRATION_DIR):
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass(frozen=True)
+class Servers:
+    bootstrap_servers: str
+    redis_url: str
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    bootstrap = os.environ.get("DSH_TEST_BOOTSTRAP")
+    redis_url = os.environ.get("DSH_TEST_REDIS_URL")
+    if bootstrap and redis_url:
+        yield Servers(bootstrap, redis_url)
+        return
+
+    from deploy.local.processes import free_ports
+    from deploy.local.settings import LocalStackSettings
+    from deploy.local.stack import LocalStack
+
+    kafka_port, controller_port, redis_port = free_ports(3)
+    settings = LocalStackSettings(
+        state_dir=tmp_path_factory.mktemp("stack"),
+        kafka_port=kafka_port,
+        controller_port=controller_port,
+        redis_port=redis_port,
+        partitions=TEST_PARTITIONS,
+    )
+    stack = LocalStack(settings, persistent=False)
+    try:
+        stack.up(create_topics=False)
+        yield Servers(settings.bootstrap_servers(), settings.redis_url())
+    finally:
+        stack.down()
+
+
+@pytest.fixture
+def kafka_settings(servers: Servers) -> KafkaSettings:
+    """Settings with a topic prefix of this test's own, so tests never see each other's records."""
+    from deploy.config import KafkaSettings
+
+    return KafkaSettings(
+        bootstrap_servers=servers.bootstrap_servers,
+        topic_prefix=f"test-{uuid.uuid4().hex[:12]}.dsh.session",
+    )
+
+
+@pytest.fixture
+def topics(kafka_settings: KafkaSettings) -> KafkaSettings:
+    """The contract's topics, created under this test's prefix."""
+    from deploy.topics import ensure_topics
+
+    ensure_topics(kafka_settings, TEST_PARTITIONS)
+    return kafka_settings
+
+
+@pytest.fixture
+def redis_client(servers: Servers) -> Iterator[redis.Redis]:
+    import redis
+
+    client = redis.Redis.from_url(servers.redis_url)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.flushdb()
+        client.close()

@@ -1,0 +1,58 @@
+"""Typed settings from the environment: unknown names refused, secrets kept out of sight."""
+
+from __future__ import annotations
+
+import pytest
+
+from deploy.config import ConfigError, KafkaSettings, RedisSettings
+from deploy.local.settings import LocalStackSettings
+
+
+def test_kafka_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", "10.0.0.1:9093")
+    monkeypatch.setenv("DSH_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("DSH_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("DSH_KAFKA_SASL_USERNAME", "writer")
+    monkeypatch.setenv("DSH_KAFKA_SASL_PASSWORD", "s3cret")
+    settings = KafkaSettings()
+    assert settings.client_config() == {
+        "bootstrap.servers": "10.0.0.1:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "writer",
+        "sasl.password": "s3cret",
+    }
+    assert "s3cret" not in repr(settings) and "s3cret" not in str(settings)
+
+
+def test_a_misspelt_variable_is_an_error_not_a_silent_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVER", "10.0.0.1:9093")
+    with pytest.raises(ConfigError, match="DSH_KAFKA_BOOTSTRAP_SERVER") as info:
+        KafkaSettings()
+    assert info.value.code == "UNKNOWN_SETTING"
+
+
+def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSH_KAFKA_SECURITY_PROTOCOL", "TELNET")
+    with pytest.raises(ValueError, match="security_protocol"):
+        KafkaSettings()
+
+
+def test_redis_password_is_secret_and_passed_to_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DSH_REDIS_PASSWORD", "hunter2")
+    settings = RedisSettings()
+    assert settings.client_kwargs() == {"password": "hunter2"}
+    assert "hunter2" not in repr(settings)
+
+
+def test_topics_carry_the_configured_prefix() -> None:
+    assert KafkaSettings(topic_prefix="acme.dsh").topic("events") == "acme.dsh.events"
+
+
+def test_local_stack_ports_for_a_three_node_cluster() -> None:
+    settings = LocalStackSettings(brokers=3, kafka_port=30000)
+    assert settings.bootstrap_servers() == "127.0.0.1:30000,127.0.0.1:30001,127.0.0.1:30002"
