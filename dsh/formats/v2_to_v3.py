@@ -136,6 +136,6 @@ def migrate(entries: Sequence[Entry]) -> list[Entry]:
         raise untranslatable(
             prompt_line,
             VERSION,
-            "a system prompt is set but the log never opens a step to carry it",
+            "a system prompt is set, but no step ever opens to carry it",
         )
     return renumber(out, VERSION, ("startSeq", "endSeq"))
