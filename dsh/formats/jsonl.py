@@ -25,6 +25,8 @@ from dsh.formats.wire import (
     iter_source_lines,
 )
 
+NOT_JSON = "NOT_JSON"
+
 if TYPE_CHECKING:
     from dsh import Event
 
@@ -77,8 +79,11 @@ def encode_session(
             code=BAD_HEADER,
         )
     yield encode_line(header.to_json())
-    for event in events:
-        yield encode_line(_as_wire(event))
+    for index, event in enumerate(events):
+        try:
+            yield encode_line(_as_wire(event))
+        except (TypeError, ValueError) as exc:
+            raise FormatError(f"event {index} is not lossless JSON: {exc}", code=NOT_JSON) from exc
 
 
 def write_jsonl(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -558,7 +559,7 @@ def test_property_v2_one_system_message_per_prompt_change_each_citing_the_last(
             current = blocks
     assert len(systems) == 1 + changes
     assert systems[-1]["data"]["message"]["content"] == current
-    for before, after in zip(systems, systems[1:], strict=False):
+    for before, after in itertools.pairwise(systems):
         assert after["sourceEventSeqs"] == [before["seq"]]
         assert after["surfaceOp"] == {
             "op": "replace",
