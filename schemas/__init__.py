@@ -1,0 +1,1 @@
+"""Avro wire format of dsh-pipeline: the ``.avsc`` schemas and the single-object codec."""
