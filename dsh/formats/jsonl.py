@@ -9,7 +9,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dsh.errors import FormatError
 from dsh.formats.header import BAD_HEADER, SESSION_FORMAT_VERSION, SessionHeader, parse_header
@@ -27,8 +27,14 @@ from dsh.formats.wire import (
 
 NOT_JSON = "NOT_JSON"
 
-if TYPE_CHECKING:
-    from dsh import Event
+
+class HasWireForm(Protocol):
+    """What the writer needs of an event; ``dsh.Event`` is one."""
+
+    def to_json(self) -> Mapping[str, Any]: ...
+
+
+Writable = HasWireForm | Mapping[str, Any]
 
 
 def read_wire(
@@ -57,21 +63,20 @@ def read_wire(
 
 def read_jsonl(
     source: Source, limits: Limits = DEFAULT_LIMITS
-) -> tuple[SessionHeader, tuple[Event, ...]]:
+) -> tuple[SessionHeader, tuple[Any, ...]]:
     """``dsh.formats.read_jsonl``: a session file of any supported version as v3 events."""
-    from dsh import Event  # the formats package is imported by dsh itself
+    import dsh  # deferred: dsh imports this package; TODO type as dsh.Event once it lands
 
+    event_type: Any = getattr(dsh, "Event")  # noqa: B009
     header, wire = read_wire(source, limits)
-    return header, tuple(Event.from_json(d) for d in wire)
+    return header, tuple(event_type.from_json(d) for d in wire)
 
 
-def _as_wire(event: Event | Mapping[str, Any]) -> Any:
+def _as_wire(event: Writable) -> Any:
     return event if isinstance(event, Mapping) else event.to_json()
 
 
-def encode_session(
-    header: SessionHeader, events: Iterable[Event | Mapping[str, Any]]
-) -> Iterator[bytes]:
+def encode_session(header: SessionHeader, events: Iterable[Writable]) -> Iterator[bytes]:
     """The lines of a v3 session file, newline-terminated."""
     if header.version != SESSION_FORMAT_VERSION:
         raise FormatError(
@@ -89,7 +94,7 @@ def encode_session(
 def write_jsonl(
     path: PathLike,
     header: SessionHeader | str,
-    events: Iterable[Event | Mapping[str, Any]],
+    events: Iterable[Writable],
     *,
     created_at: int | None = None,
 ) -> SessionHeader:
