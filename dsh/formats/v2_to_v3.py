@@ -15,6 +15,7 @@ Choices the contract leaves open:
 - A prompt seen before the first ``step/start`` is the initial prompt. A second, different
   one there, or any prompt in a log that never opens a step, has no place a v3 system message
   may stand: FormatError, like a prompt change outside an open step.
+- Empty ``tools``/``adapterDefaults`` means ``[]``, ``{}`` or ``null``; each is dropped.
 - Inserted messages are ``{"kind": "plugin", "plugin": "migration"}`` with id
   ``migration-system-<v3 seq>`` and take the time of the event they stand next to.
 """
@@ -30,7 +31,8 @@ from dsh.formats.wire import is_int
 VERSION = 2
 MIGRATION_SOURCE = {"kind": "plugin", "plugin": "migration"}
 SURFACE_TYPES = frozenset({"system/message", "user/message", "assistant/message", "tool/result"})
-_EMPTY: tuple[list[Any], dict[str, Any]] = ([], {})
+# "No tools" has one v3 spelling, the absent key, whichever empty value v2 wrote.
+_EMPTY: tuple[None, list[Any], dict[str, Any]] = (None, [], {})
 
 
 def _prompt(entry: Entry, value: Any) -> list[Any]:

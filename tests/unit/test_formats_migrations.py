@@ -349,7 +349,7 @@ def test_v2_prompt_changes_replace_the_current_head_and_cite_it() -> None:
     assert heads[2]["time"] == out[9]["time"]  # the change stands just before its header
 
 
-def test_v2_empty_tools_and_adapter_defaults_are_dropped_others_kept() -> None:
+def test_v2_empty_or_null_tools_and_adapter_defaults_are_dropped_others_kept() -> None:
     tools = [{"name": "t"}]
     out = migrate(
         2,
@@ -363,7 +363,7 @@ def test_v2_empty_tools_and_adapter_defaults_are_dropped_others_kept() -> None:
     assert [e["data"]["header"] for e in out[2:]] == [
         {"config": {}},
         {"config": {}, "tools": tools, "adapterDefaults": {"k": 1}},
-        {"config": {}, "tools": None},  # null is not "empty": left for restore to judge
+        {"config": {}},
     ]
 
 
