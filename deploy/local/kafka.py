@@ -216,8 +216,11 @@ class KafkaCluster:
             consumer.close()
 
     def stop(self) -> int:
-        # Stop in reverse so the last voter standing is node 1, which keeps shutdown orderly.
-        return sum(node.process().stop(timeout_s=30) for node in reversed(self.nodes))
+        # Signal every node at once: stopped one by one, the last nodes lose the controller
+        # quorum and their controlled shutdown waits for it until the SIGKILL deadline.
+        for node in self.nodes:
+            node.process().terminate()
+        return sum(node.process().stop(timeout_s=30) for node in self.nodes)
 
     def _cluster_id(self) -> str:
         path = self.home / "cluster.id"

@@ -98,14 +98,20 @@ class ManagedProcess:
     def is_running(self) -> bool:
         return self.pid() is not None
 
+    def terminate(self) -> int | None:
+        """Send SIGTERM without waiting; returns the pid signalled, if any."""
+        pid = self.pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        return pid
+
     def stop(self, timeout_s: float = 30.0) -> bool:
         """SIGTERM, then SIGKILL after ``timeout_s``. Returns whether a process was stopped."""
-        pid = self.pid()
+        pid = self.terminate()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self._is_ours(pid):
             _reap(pid)

@@ -1,0 +1,41 @@
+"""The fault-test topology: three KRaft nodes on loopback, replication factor 3, min ISR 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # the stubs do not re-export it
+
+from deploy.local.processes import free_ports
+from deploy.local.settings import LocalStackSettings
+from deploy.local.stack import LocalStack
+
+
+def test_three_nodes_replicate_every_topic(tmp_path: Path) -> None:
+    # Nodes use consecutive ports from the first one; pick a base with room after it.
+    base = max(free_ports(1)[0], 20000) // 10 * 10
+    settings = LocalStackSettings(
+        state_dir=tmp_path / "state",
+        brokers=3,
+        kafka_port=base,
+        controller_port=base + 5,
+        redis_port=free_ports(1)[0],
+        partitions=2,
+    )
+    stack = LocalStack(settings, persistent=False)
+    try:
+        statuses = stack.up()
+        assert [s.name for s in statuses if s.healthy] == ["kafka-1", "kafka-2", "kafka-3", "redis"]
+        admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers()})
+        metadata = admin.list_topics(timeout=10)
+        assert len(metadata.brokers) == 3
+        for partition in metadata.topics["dsh.session.events"].partitions.values():
+            assert sorted(partition.replicas) == [1, 2, 3]
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "dsh.session.events")
+        config = admin.describe_configs([resource])[resource].result()
+        assert config["min.insync.replicas"].value == "2"
+        assert config["retention.ms"].value == "-1"
+    finally:
+        stack.down()
+    assert not any(node.process().is_running() for node in stack.kafka.nodes)
