@@ -1,0 +1,42 @@
+"""Deriving model messages from the surface, with an incremental cache.
+
+While ``content_generation`` is unchanged the surface only grew at its end, so the cache visits
+just the new tail. Messages are shared deeply immutable values; each call returns a fresh list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# These types project to nothing when their message has no content.
+_DROP_WHEN_EMPTY = frozenset({"system/message", "assistant/message"})
+
+
+class MessageCache:
+    __slots__ = ("_generation", "_messages", "_visited")
+
+    def __init__(self) -> None:
+        self._generation = -1
+        self._visited = 0
+        self._messages: list[Mapping[str, Any]] = []
+
+    def derive(
+        self,
+        nodes: list[int],
+        generation: int,
+        current: Callable[[int], tuple[str, Mapping[str, Any]]],
+    ) -> list[Mapping[str, Any]]:
+        if generation != self._generation:
+            self._generation = generation
+            self._visited = 0
+            self._messages = []
+        if self._visited < len(nodes):
+            out = self._messages
+            for seq in nodes[self._visited :]:
+                type_, message = current(seq)
+                if type_ in _DROP_WHEN_EMPTY and not message["content"]:
+                    continue
+                out.append(message)
+            self._visited = len(nodes)
+        return list(self._messages)
