@@ -1,1 +1,86 @@
-"""Avro wire format of dsh-pipeline: the ``.avsc`` schemas and the single-object codec."""
+"""Avro wire format of dsh-pipeline: the ``.avsc`` schemas and the single-object codec.
+
+See ``schemas/README.md`` for the schema design and the JSON ⇄ Avro mapping.
+"""
+
+from schemas.codec import Codec
+from schemas.errors import (
+    BadMarkerError,
+    CodecError,
+    CorruptRecordError,
+    SchemaMismatchError,
+    UnencodableError,
+    UnknownFingerprintError,
+)
+from schemas.records import (
+    HEADER_FORMAT,
+    HEADER_TYPE,
+    AnsweredRequest,
+    AppendCommand,
+    AppendReply,
+    EventRecord,
+    RecordHeaders,
+    WriterSnapshot,
+    decode_command,
+    decode_event,
+    decode_reply,
+    decode_snapshot,
+    draft,
+    encode_command,
+    encode_event,
+    encode_reply,
+    encode_snapshot,
+    event_headers,
+    read_headers,
+    record_headers,
+)
+from schemas.store import (
+    APPEND_COMMAND,
+    APPEND_REPLY,
+    SCHEMA_DIR,
+    SCHEMA_FILES,
+    SESSION_EVENT,
+    WRITER_SNAPSHOT,
+    MessageSchema,
+    SchemaStore,
+    default_store,
+)
+
+__all__ = [
+    "APPEND_COMMAND",
+    "APPEND_REPLY",
+    "HEADER_FORMAT",
+    "HEADER_TYPE",
+    "SCHEMA_DIR",
+    "SCHEMA_FILES",
+    "SESSION_EVENT",
+    "WRITER_SNAPSHOT",
+    "AnsweredRequest",
+    "AppendCommand",
+    "AppendReply",
+    "BadMarkerError",
+    "Codec",
+    "CodecError",
+    "CorruptRecordError",
+    "EventRecord",
+    "MessageSchema",
+    "RecordHeaders",
+    "SchemaMismatchError",
+    "SchemaStore",
+    "UnencodableError",
+    "UnknownFingerprintError",
+    "WriterSnapshot",
+    "decode_command",
+    "decode_event",
+    "decode_reply",
+    "decode_snapshot",
+    "default_store",
+    "draft",
+    "encode_command",
+    "encode_event",
+    "encode_reply",
+    "encode_snapshot",
+    "event_headers",
+    "read_headers",
+    "record_headers",
+]

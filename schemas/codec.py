@@ -3,24 +3,28 @@ the writer schema, body) over the schema store.
 
 A reader decodes any writer schema its store knows, resolved against the newest version of the
 same record (Avro reader/writer resolution); an unknown fingerprint is an error, never a guess.
-Everything that can be prepared once is prepared once per (writer, reader) pair and cached.
+Bytes written with the reader's own schema (the common case) go through the compiled codec of
+:mod:`schemas.binary`; other writer versions are resolved by fastavro and mapped to wire JSON by
+:mod:`schemas.convert`. Everything is prepared once per schema and cached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 
-from fastavro import schemaless_reader, schemaless_writer
+from fastavro import schemaless_reader
 
-from schemas.convert import Decoder, Encoder, compile_codec
+from schemas.binary import compile_binary
+from schemas.convert import compile_codec
 from schemas.errors import (
     BadMarkerError,
+    CodecError,
     CorruptRecordError,
     SchemaMismatchError,
-    UnencodableError,
 )
 from schemas.store import SINGLE_OBJECT_MARKER, MessageSchema, SchemaStore, default_store
 
@@ -30,14 +34,13 @@ HEADER_SIZE = 10
 @dataclass(frozen=True, eq=False)
 class _Writer:
     schema: MessageSchema
-    encode: Encoder
+    encode_body: Callable[[Any], bytes]
 
 
 @dataclass(frozen=True, eq=False)
 class _Reader:
     writer: MessageSchema
-    reader_parsed: Any  # None when writer and reader schema are the same (no resolution)
-    decode: Decoder
+    read: Callable[[bytes], Any]  # whole record (header included) → wire JSON
 
 
 class Codec:
@@ -52,7 +55,7 @@ class Codec:
         w = self._writers.get(name)
         if w is None:
             schema = self.store.current(name)
-            w = _Writer(schema, compile_codec(schema.schema)[0])
+            w = _Writer(schema, compile_binary(schema.schema)[0])
             self._writers[name] = w
         return w
 
@@ -61,29 +64,17 @@ class Codec:
         if r is None:
             writer = self.store.by_fingerprint(fingerprint)
             reader = self.store.current(writer.name)
-            r = _Reader(
-                writer,
-                None if reader is writer else reader.parsed,
-                compile_codec(reader.schema)[1],
-            )
+            if reader is writer:
+                r = _Reader(writer, _binary_read(writer))
+            else:
+                r = _Reader(writer, _resolving_read(writer, reader))
             self._readers[fingerprint] = r
         return r
 
     def encode(self, name: str, value: Mapping[str, Any]) -> bytes:
         """Encode the wire JSON of a ``name`` record with the newest schema for ``name``."""
         w = self._writer(name)
-        datum = w.encode(value)
-        buf = BytesIO()
-        buf.write(w.schema.header)
-        try:
-            schemaless_writer(buf, w.schema.parsed, datum)
-        except UnicodeEncodeError as e:
-            raise UnencodableError(
-                f"{name}: string is not valid Unicode (lone surrogate?): {e.reason}"
-            ) from None
-        except (ValueError, TypeError, OverflowError) as e:
-            raise UnencodableError(f"{name}: {e}") from None
-        return buf.getvalue()
+        return w.schema.header + w.encode_body(value)
 
     def decode(self, data: bytes, expect: str | None = None) -> tuple[str, dict[str, Any]]:
         """Decode single-object bytes to ``(record name, wire JSON)``.
@@ -91,39 +82,63 @@ class Codec:
         ``expect`` names the record kind the caller can handle; any other is a
         SchemaMismatchError rather than a surprise downstream.
         """
+        if type(data) is not bytes:
+            data = bytes(data)
         if data[:2] != SINGLE_OBJECT_MARKER:
             raise BadMarkerError(
                 "not an Avro single-object record: starts with "
-                f"{bytes(data[:2]).hex() or 'nothing'}, expected c301"
+                f"{data[:2].hex() or 'nothing'}, expected c301"
             )
         if len(data) < HEADER_SIZE:
             raise CorruptRecordError(f"truncated single-object header: {len(data)} bytes")
-        r = self._reader(bytes(data[2:HEADER_SIZE]))
+        r = self._readers.get(data[2:HEADER_SIZE]) or self._reader(data[2:HEADER_SIZE])
         name = r.writer.name
         if expect is not None and name != expect:
             raise SchemaMismatchError(f"expected a {expect} record, got {name}")
-        buf = BytesIO(data)
-        buf.seek(HEADER_SIZE)
         try:
-            datum = schemaless_reader(
-                buf, r.writer.parsed, r.reader_parsed, return_record_name=True
-            )
-        except EOFError:
+            return name, r.read(data)
+        except CodecError:
+            raise
+        except (IndexError, struct.error, EOFError):
             raise CorruptRecordError(f"{name}: truncated record ({len(data)} bytes)") from None
+        except RecursionError:
+            raise CorruptRecordError(f"{name}: value nested too deeply") from None
         except Exception as e:
-            # Any failure to read foreign bytes is corruption of those bytes, whatever
-            # fastavro's internal exception is; resolution failures say so.
+            # Any other failure to read foreign bytes (bad UTF-8, bad lengths, …) is
+            # corruption of those bytes, whatever the internal exception.
             if type(e).__name__ == "SchemaResolutionError":
                 raise SchemaMismatchError(
                     f"{name}: writer schema {r.writer.fingerprint_hex} does not resolve"
                     f" against the reader schema: {e}"
                 ) from None
             raise CorruptRecordError(f"{name}: undecodable body: {type(e).__name__}: {e}") from None
+
+
+def _binary_read(schema: MessageSchema) -> Callable[[bytes], Any]:
+    read = compile_binary(schema.schema)[1]
+    name = schema.name
+
+    def read_record(data: bytes) -> Any:
+        value, end = read(data, HEADER_SIZE)
+        if end != len(data):
+            raise CorruptRecordError(f"{name}: {len(data) - end} trailing bytes after the record")
+        return value
+
+    return read_record
+
+
+def _resolving_read(writer: MessageSchema, reader: MessageSchema) -> Callable[[bytes], Any]:
+    to_json = compile_codec(reader.schema)[1]
+    name = writer.name
+
+    def read_record(data: bytes) -> Any:
+        buf = BytesIO(data)
+        buf.seek(HEADER_SIZE)
+        datum = schemaless_reader(buf, writer.parsed, reader.parsed, return_record_name=True)
         if buf.tell() != len(data):
             raise CorruptRecordError(
                 f"{name}: {len(data) - buf.tell()} trailing bytes after the record"
             )
-        try:
-            return name, r.decode(datum)
-        except (KeyError, ValueError, TypeError, IndexError) as e:
-            raise CorruptRecordError(f"{name}: undecodable body: {type(e).__name__}: {e}") from None
+        return to_json(datum)
+
+    return read_record

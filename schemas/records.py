@@ -1,0 +1,342 @@
+"""The codec API: events, append commands, replies and writer snapshots ⇄ bytes, and the Kafka
+record headers. Values cross this edge as wire JSON (camelCase dicts, as ``Event.to_json()``
+gives) or as ``dsh.Event``; the typed Python views below are plain frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Protocol
+
+from dsh.errors import SessionError, error_from_wire
+from dsh.event import SESSION_FORMAT_VERSION, Event
+from schemas.codec import Codec
+from schemas.errors import UnencodableError
+from schemas.store import APPEND_COMMAND, APPEND_REPLY, SESSION_EVENT, WRITER_SNAPSHOT
+
+HEADER_TYPE = "dsh-type"
+HEADER_FORMAT = "dsh-format"
+
+
+class _ToJson(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+EventLike = _ToJson | Mapping[str, Any]
+
+
+@cache
+def default_codec() -> Codec:
+    return Codec()
+
+
+def _wire(event: EventLike) -> Mapping[str, Any]:
+    if isinstance(event, Mapping):
+        return event
+    return event.to_json()
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One decoded ``dsh.session.events`` value."""
+
+    session_id: str
+    event: dict[str, Any]  # wire JSON
+    format_version: int = SESSION_FORMAT_VERSION
+
+    def to_event(self) -> Event:
+        return Event.from_json(self.event)
+
+
+def encode_event(
+    event: EventLike,
+    session_id: str,
+    *,
+    format_version: int = SESSION_FORMAT_VERSION,
+    codec: Codec | None = None,
+) -> bytes:
+    """A committed event as the value of a ``dsh.session.events`` record."""
+    wire = _wire(event)
+    if "sessionId" in wire or "formatVersion" in wire:
+        raise UnencodableError("event: sessionId/formatVersion are envelope fields, not event keys")
+    return (codec or default_codec()).encode(
+        SESSION_EVENT, {**wire, "sessionId": session_id, "formatVersion": format_version}
+    )
+
+
+def decode_event(data: bytes, *, codec: Codec | None = None) -> EventRecord:
+    _, v = (codec or default_codec()).decode(data, SESSION_EVENT)
+    session_id = v.pop("sessionId")
+    format_version = v.pop("formatVersion")
+    return EventRecord(session_id, v, format_version)
+
+
+def _event_records(events: Iterable[Mapping[str, Any]]) -> tuple[EventRecord, ...]:
+    out = []
+    for v in events:
+        e = dict(v)
+        session_id = e.pop("sessionId")
+        format_version = e.pop("formatVersion")
+        out.append(EventRecord(session_id, e, format_version))
+    return tuple(out)
+
+
+def _event_values(
+    events: Iterable[EventRecord | EventLike], session_id: str
+) -> list[dict[str, Any]]:
+    out = []
+    for e in events:
+        if isinstance(e, EventRecord):
+            out.append({**e.event, "sessionId": e.session_id, "formatVersion": e.format_version})
+        else:
+            out.append(
+                {**_wire(e), "sessionId": session_id, "formatVersion": SESSION_FORMAT_VERSION}
+            )
+    return out
+
+
+# --- commands ----------------------------------------------------------------------------
+
+
+def draft(
+    type: str,
+    data: Any,
+    *,
+    surface_op: Any = None,
+    source_event_seqs: Sequence[int] | None = None,
+    ignorable: bool = False,
+) -> dict[str, Any]:
+    """An event to append, in wire shape (no seq or time: the writer assigns them).
+
+    ``surface_op`` is "append", a ``dsh.Replace`` (anything with ``to_json``) or its wire dict.
+    """
+    d: dict[str, Any] = {"type": type, "data": data}
+    if surface_op is not None:
+        d["surfaceOp"] = surface_op.to_json() if hasattr(surface_op, "to_json") else surface_op
+    if source_event_seqs is not None:
+        d["sourceEventSeqs"] = list(source_event_seqs)
+    if ignorable:
+        d["ignorable"] = True
+    return d
+
+
+@dataclass(frozen=True)
+class AppendCommand:
+    """One ``dsh.session.commands`` value: append ``events`` (drafts) all-or-nothing."""
+
+    request_id: str
+    client_id: str
+    session_id: str
+    events: tuple[dict[str, Any], ...]
+    expected_seq: int | None = None
+
+
+def encode_command(command: AppendCommand, *, codec: Codec | None = None) -> bytes:
+    v: dict[str, Any] = {
+        "requestId": command.request_id,
+        "clientId": command.client_id,
+        "sessionId": command.session_id,
+        "events": list(command.events),
+    }
+    if command.expected_seq is not None:
+        v["expectedSeq"] = command.expected_seq
+    return (codec or default_codec()).encode(APPEND_COMMAND, v)
+
+
+def decode_command(data: bytes, *, codec: Codec | None = None) -> AppendCommand:
+    _, v = (codec or default_codec()).decode(data, APPEND_COMMAND)
+    return AppendCommand(
+        v["requestId"], v["clientId"], v["sessionId"], tuple(v["events"]), v.get("expectedSeq")
+    )
+
+
+# --- replies -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendReply:
+    """One ``dsh.session.replies`` value: the committed events, or the rejection."""
+
+    request_id: str
+    client_id: str
+    session_id: str
+    events: tuple[EventRecord, ...] | None = None
+    error: dict[str, Any] | None = None  # SessionError.to_wire() form
+
+    @classmethod
+    def committed(
+        cls,
+        request_id: str,
+        client_id: str,
+        session_id: str,
+        events: Iterable[EventRecord | EventLike],
+    ) -> AppendReply:
+        records = tuple(
+            e if isinstance(e, EventRecord) else EventRecord(session_id, dict(_wire(e)))
+            for e in events
+        )
+        return cls(request_id, client_id, session_id, events=records)
+
+    @classmethod
+    def rejected(
+        cls, request_id: str, client_id: str, session_id: str, error: SessionError
+    ) -> AppendReply:
+        return cls(request_id, client_id, session_id, error=error.to_wire())
+
+    def exception(self) -> SessionError | None:
+        """The same dsh error class the writer raised, rebuilt; None when committed."""
+        return None if self.error is None else error_from_wire(self.error)
+
+
+def encode_reply(reply: AppendReply, *, codec: Codec | None = None) -> bytes:
+    if (reply.events is None) == (reply.error is None):
+        raise UnencodableError("reply: exactly one of events and error must be given")
+    if reply.error is not None:
+        e = reply.error
+        result: dict[str, Any] = {
+            "error": e.get("error"),
+            "code": e.get("code"),
+            "message": e.get("message"),
+            "details": {k: x for k, x in e.items() if k not in ("error", "code", "message")},
+        }
+    else:
+        result = {"events": _event_values(reply.events or (), reply.session_id)}
+    return (codec or default_codec()).encode(
+        APPEND_REPLY,
+        {
+            "requestId": reply.request_id,
+            "clientId": reply.client_id,
+            "sessionId": reply.session_id,
+            "result": result,
+        },
+    )
+
+
+def decode_reply(data: bytes, *, codec: Codec | None = None) -> AppendReply:
+    _, v = (codec or default_codec()).decode(data, APPEND_REPLY)
+    result = v["result"]
+    head = (v["requestId"], v["clientId"], v["sessionId"])
+    if "events" in result:
+        return AppendReply(*head, events=_event_records(result["events"]))
+    error = {
+        "error": result["error"],
+        "code": result["code"],
+        "message": result["message"],
+        **result.get("details", {}),
+    }
+    return AppendReply(*head, error=error)
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnsweredRequest:
+    request_id: str
+    client_id: str
+    first_seq: int
+    count: int
+
+
+@dataclass(frozen=True)
+class WriterSnapshot:
+    """One ``dsh.session.snapshots`` value: the session's events up to ``last_seq``."""
+
+    session_id: str
+    events: tuple[dict[str, Any], ...]  # wire JSON, seq 0..last_seq
+    requests: tuple[AnsweredRequest, ...] = ()
+    state: Any = None  # open JSON for the writer; None when absent
+    format_version: int = SESSION_FORMAT_VERSION
+    last_seq: int = field(default=-1)
+
+    def __post_init__(self) -> None:
+        if self.last_seq == -1 and self.events:
+            object.__setattr__(self, "last_seq", int(self.events[-1]["seq"]))
+
+
+def encode_snapshot(snapshot: WriterSnapshot, *, codec: Codec | None = None) -> bytes:
+    v: dict[str, Any] = {
+        "sessionId": snapshot.session_id,
+        "formatVersion": snapshot.format_version,
+        "lastSeq": snapshot.last_seq,
+        "events": _event_values(snapshot.events, snapshot.session_id),
+        "requests": [
+            {
+                "requestId": r.request_id,
+                "clientId": r.client_id,
+                "firstSeq": r.first_seq,
+                "count": r.count,
+            }
+            for r in snapshot.requests
+        ],
+    }
+    if snapshot.state is not None:
+        v["state"] = snapshot.state
+    return (codec or default_codec()).encode(WRITER_SNAPSHOT, v)
+
+
+def decode_snapshot(data: bytes, *, codec: Codec | None = None) -> WriterSnapshot:
+    _, v = (codec or default_codec()).decode(data, WRITER_SNAPSHOT)
+    return WriterSnapshot(
+        session_id=v["sessionId"],
+        events=tuple(r.event for r in _event_records(v["events"])),
+        requests=tuple(
+            AnsweredRequest(r["requestId"], r["clientId"], r["firstSeq"], r["count"])
+            for r in v["requests"]
+        ),
+        state=v.get("state"),
+        format_version=v["formatVersion"],
+        last_seq=v["lastSeq"],
+    )
+
+
+# --- Kafka record headers ----------------------------------------------------------------
+
+_KIND_TYPES = {
+    APPEND_COMMAND: "append-command",
+    APPEND_REPLY: "append-reply",
+    WRITER_SNAPSHOT: "writer-snapshot",
+}
+
+
+def event_headers(
+    event_type: str, format_version: int = SESSION_FORMAT_VERSION
+) -> list[tuple[str, bytes]]:
+    """Headers of an events-topic record: ``dsh-type`` is the event type (consumers can filter
+    without decoding), ``dsh-format`` the session format version."""
+    return [
+        (HEADER_TYPE, event_type.encode("utf-8")),
+        (HEADER_FORMAT, str(format_version).encode("ascii")),
+    ]
+
+
+def record_headers(record: str) -> list[tuple[str, bytes]]:
+    """Headers of a command, reply or snapshot record (``record`` is its Avro full name)."""
+    return [
+        (HEADER_TYPE, _KIND_TYPES[record].encode("ascii")),
+        (HEADER_FORMAT, str(SESSION_FORMAT_VERSION).encode("ascii")),
+    ]
+
+
+@dataclass(frozen=True)
+class RecordHeaders:
+    type: str | None
+    format: int | None
+
+
+def read_headers(headers: Iterable[tuple[str, bytes | str | None]] | None) -> RecordHeaders:
+    """``dsh-type`` and ``dsh-format`` from Kafka headers (missing or malformed ones: None)."""
+    found: dict[str, str] = {}
+    for k, v in headers or ():
+        if k in (HEADER_TYPE, HEADER_FORMAT) and v is not None:
+            try:
+                found[k] = v.decode("utf-8") if isinstance(v, bytes) else v
+            except UnicodeDecodeError:
+                continue
+    fmt = found.get(HEADER_FORMAT)
+    return RecordHeaders(found.get(HEADER_TYPE), int(fmt) if fmt and fmt.isdigit() else None)
