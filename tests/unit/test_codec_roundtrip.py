@@ -243,7 +243,9 @@ def fastavro_decode(data: bytes) -> Any:
 def data_branch(data: bytes) -> str:
     """Which branch of the ``data`` union the bytes hold, as fastavro reads it."""
     buf = io.BytesIO(data[10:])
-    datum = fastavro.schemaless_reader(buf, _EVENT_SCHEMA.parsed, None, return_record_name=True)
+    datum: Any = fastavro.schemaless_reader(
+        buf, _EVENT_SCHEMA.parsed, None, return_record_name=True
+    )
     return str(datum["data"][0])
 
 
