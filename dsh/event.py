@@ -154,7 +154,8 @@ def parse_surface_op(op: object, type_: str, *, strict: bool = True) -> SurfaceO
             '(want "append" or {"op": "replace", "startSeq": int, "endSeq": int})',
             code="INVALID_SURFACE_OP",
         )
-    return freeze(op, "surfaceOp")
+    opaque: Json = freeze(op, "surfaceOp")
+    return opaque
 
 
 def parse_sources(sources: Json) -> Sources:

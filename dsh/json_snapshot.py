@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn, TypeAlias, cast
+from typing import Any, NoReturn, TypeAlias
 
 from dsh.errors import ValidationError
 
@@ -89,61 +89,108 @@ EMPTY_DICT = FrozenDict()
 EMPTY_LIST = FrozenList()
 
 
-def _fail(code: str, what: str, path: str) -> NoReturn:
-    raise ValidationError(f"{what} at {path} is not lossless JSON", code=code)
+class _Bad(Exception):
+    """Internal: unwinds to :func:`freeze`, collecting the path on the way (no cost when unused)."""
+
+    def __init__(self, code: str, what: str) -> None:
+        self.code = code
+        self.what = what
+        self.path: list[str] = []
 
 
-def freeze(value: object, path: str = "data") -> Json:
+_SCALAR_TYPES = frozenset({str, int, bool, type(None)})
+
+
+def freeze(value: object, path: str = "data") -> Any:
     """A deeply immutable copy of ``value``; ``ValidationError`` if it is not lossless JSON."""
-    try:
-        return _freeze(value, path, 0)
-    except RecursionError:  # pragma: no cover - MAX_DEPTH keeps us well below the limit
-        _fail("JSON_TOO_DEEP", "nesting", path)
-
-
-def _freeze(value: object, path: str, depth: int) -> Json:
     t = type(value)
-    if t is str or t is bool or t is int or value is None:
-        return value  # type: ignore[return-value]
-    if t is FrozenDict or t is FrozenList:
-        return value  # type: ignore[return-value]
-    if t is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
-            _fail("JSON_NOT_FINITE", repr(value), path)
-        return value  # type: ignore[return-value]
+    try:
+        if t is dict:
+            return _freeze_dict(value, 0)  # type: ignore[arg-type]
+        if t is list:
+            return _freeze_list(value, 0)  # type: ignore[arg-type]
+        return _freeze_other(value, 0)
+    except _Bad as bad:
+        steps = bad.path[::-1]
+        where = path + "".join(steps[:12]) + ("..." if len(steps) > 12 else "")
+        message = f"{bad.what} at {where} is not lossless JSON"
+        raise ValidationError(message, code=bad.code) from None
+
+
+def _freeze_dict(d: Mapping[Any, Any], depth: int) -> FrozenDict:
     if depth >= MAX_DEPTH:
-        if _has_cycle(value, set()):
-            _fail("JSON_CYCLE", "a reference cycle", path)
-        raise ValidationError(f"{path} nests deeper than {MAX_DEPTH} levels", code="JSON_TOO_DEEP")
-    if t is dict or (isinstance(value, Mapping) and t is not FrozenDict):
-        out = {}
-        for k, v in value.items():  # type: ignore[attr-defined]
-            if type(k) is not str:
+        _too_deep(d)
+    out: dict[str, Any] = {}
+    k: Any = None
+    try:
+        for k, v in d.items():
+            if k.__class__ is not str:
                 if not isinstance(k, str):
-                    _fail("JSON_KEY_NOT_STRING", f"key {k!r}", path)
+                    raise _Bad("JSON_KEY_NOT_STRING", f"key {k!r}")
                 k = str.__str__(k)
-            out[k] = _freeze(v, f"{path}.{k}" if depth < 8 else path, depth + 1)
-        return FrozenDict(out)
-    if (
-        t is list
-        or t is tuple
-        or (isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray))
-    ):
-        return FrozenList(
-            [
-                _freeze(v, f"{path}[{i}]" if depth < 8 else path, depth + 1)
-                for i, v in enumerate(cast("Sequence[Any]", value))
-            ]
-        )
-    if isinstance(value, bool):  # pragma: no cover - bool cannot be subclassed
-        return bool(value)
+            t = v.__class__
+            if t in _SCALAR_TYPES:
+                out[k] = v
+            elif t is dict:
+                out[k] = _freeze_dict(v, depth + 1)
+            elif t is list:
+                out[k] = _freeze_list(v, depth + 1)
+            else:
+                out[k] = _freeze_other(v, depth + 1)
+    except _Bad as bad:
+        bad.path.append(f".{k}")
+        raise
+    return FrozenDict(out)
+
+
+def _freeze_list(seq: Sequence[Any], depth: int) -> FrozenList:
+    if depth >= MAX_DEPTH:
+        _too_deep(seq)
+    out: list[Any] = []
+    append = out.append
+    i = -1
+    try:
+        for i, v in enumerate(seq):  # noqa: B007 - ``i`` is read by the except clause
+            t = v.__class__
+            if t in _SCALAR_TYPES:
+                append(v)
+            elif t is dict:
+                append(_freeze_dict(v, depth + 1))
+            else:
+                append(_freeze_other(v, depth + 1))
+    except _Bad as bad:
+        bad.path.append(f"[{i}]")
+        raise
+    return FrozenList(out)
+
+
+def _freeze_other(value: object, depth: int) -> Any:
+    t = type(value)
+    if t in _SCALAR_TYPES or t is FrozenDict or t is FrozenList:
+        return value
+    if t is float:
+        if value - value != 0.0:  # type: ignore[operator]  # NaN and ±Infinity, without a call
+            raise _Bad("JSON_NOT_FINITE", repr(value))
+        return value
+    if t is list or t is tuple:
+        return _freeze_list(value, depth)  # type: ignore[arg-type]
+    if isinstance(value, Mapping):
+        return _freeze_dict(value, depth)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+        return _freeze_list(value, depth)
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
         return int(value)  # IntEnum and friends: JSON sees the number
     if isinstance(value, float):
-        return _freeze(float(value), path, depth)
-    _fail("JSON_UNSUPPORTED_TYPE", f"a {t.__name__} value", path)
+        return _freeze_other(float(value), depth)
+    raise _Bad("JSON_UNSUPPORTED_TYPE", f"a {t.__name__} value")
+
+
+def _too_deep(value: object) -> NoReturn:
+    if _has_cycle(value, set()):
+        raise _Bad("JSON_CYCLE", "a reference cycle")
+    raise _Bad("JSON_TOO_DEEP", f"nesting deeper than {MAX_DEPTH} levels")
 
 
 def _has_cycle(value: object, active: set[int]) -> bool:
