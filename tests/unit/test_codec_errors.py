@@ -1,0 +1,179 @@
+"""Bad bytes and bad values give typed codec errors, never a crash, a guess or a silent loss."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import schemas
+from dsh.errors import SessionError, error_from_wire
+from schemas.store import default_store
+from tests.unit.test_codec_roundtrip import any_events
+
+FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EVENT = {"type": "turn/start", "seq": 3, "time": 1700000000000, "data": {"turn": 1}}
+KNOWN_HEADERS = [m.header for m in default_store().schemas()]
+
+
+def good_bytes() -> bytes:
+    return schemas.encode_event(EVENT, "sess-1")
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"", schemas.BadMarkerError),
+        (b"\xc3", schemas.BadMarkerError),
+        (b'{"type": "turn/start"}', schemas.BadMarkerError),
+        (b"Obj\x01", schemas.BadMarkerError),  # an Avro container file is not a single object
+        (b"\xc3\x01\x00\x00", schemas.CorruptRecordError),  # header cut short
+        (b"\xc3\x01" + b"\x00" * 8, schemas.UnknownFingerprintError),
+        (
+            b"\xc3\x01" + bytes.fromhex("8f5c393f1ad57572") + b"\x02",
+            schemas.UnknownFingerprintError,
+        ),
+    ],
+)
+def test_bad_framing(data: bytes, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        schemas.decode_event(data)
+
+
+def test_unknown_fingerprint_is_typed_and_named() -> None:
+    data = b"\xc3\x01" + bytes.fromhex("0123456789abcdef") + b"\x00"
+    with pytest.raises(schemas.UnknownFingerprintError) as exc:
+        schemas.decode_event(data)
+    assert exc.value.code == "CODEC_UNKNOWN_FINGERPRINT"
+    assert exc.value.fingerprint == "0123456789abcdef"
+    assert "0123456789abcdef" in str(exc.value)
+    assert isinstance(exc.value, SessionError)
+
+
+def test_every_cut_of_a_record_is_corrupt() -> None:
+    data = schemas.encode_event(
+        {"type": "x/y", "seq": 1, "time": 2, "data": {"a": [1, 2.5, "é", None]}, "ignorable": True},
+        "s",
+    )
+    for cut in range(10, len(data)):
+        with pytest.raises(schemas.CorruptRecordError):
+            schemas.decode_event(data[:cut])
+
+
+def test_trailing_bytes_are_corrupt() -> None:
+    with pytest.raises(schemas.CorruptRecordError, match="trailing"):
+        schemas.decode_event(good_bytes() + b"\x00")
+
+
+def test_wrong_record_kind_is_a_schema_mismatch() -> None:
+    cmd = schemas.encode_command(schemas.AppendCommand("r", "c", "s", ()))
+    with pytest.raises(schemas.SchemaMismatchError):
+        schemas.decode_event(cmd)
+    with pytest.raises(schemas.SchemaMismatchError):
+        schemas.decode_command(good_bytes())
+
+
+@FUZZ
+@given(body=st.binary(max_size=200), header=st.sampled_from(KNOWN_HEADERS))
+def test_garbage_after_a_known_header_is_a_codec_error(body: bytes, header: bytes) -> None:
+    try:
+        name, _ = schemas.Codec().decode(header + body)
+    except schemas.CodecError:
+        return
+    assert name  # garbage that happens to be a valid record decodes to some wire JSON
+
+
+@FUZZ
+@given(data=st.binary(max_size=64))
+def test_random_bytes_are_a_codec_error(data: bytes) -> None:
+    with pytest.raises(schemas.CodecError):
+        schemas.decode_event(data)
+    with pytest.raises(schemas.CodecError):
+        schemas.decode_event(b"\xc3\x01" + data)
+
+
+@FUZZ
+@given(ev=any_events, data=st.data())
+def test_corrupted_records_are_a_codec_error_or_decode(
+    ev: dict[str, Any], data: st.DataObject
+) -> None:
+    encoded = bytearray(schemas.encode_event(ev, "sess"))
+    how = data.draw(st.sampled_from(["flip", "cut", "insert", "fingerprint"]))
+    if how == "flip":
+        i = data.draw(st.integers(10, len(encoded) - 1))
+        encoded[i] ^= data.draw(st.integers(1, 255))
+    elif how == "cut":
+        encoded = encoded[: data.draw(st.integers(0, len(encoded) - 1))]
+    elif how == "insert":
+        i = data.draw(st.integers(10, len(encoded)))
+        encoded[i:i] = data.draw(st.binary(min_size=1, max_size=4))
+    else:
+        i = data.draw(st.integers(2, 9))
+        encoded[i] ^= data.draw(st.integers(1, 255))
+    try:
+        record = schemas.decode_event(bytes(encoded))
+    except schemas.CodecError as e:
+        if how == "cut":
+            assert isinstance(e, (schemas.CorruptRecordError, schemas.BadMarkerError))
+        if how == "fingerprint":
+            assert isinstance(e, schemas.UnknownFingerprintError)
+        return
+    assert how in ("flip", "insert")  # a flipped byte can still spell a valid record
+    assert isinstance(record.event, dict)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        math.nan,
+        math.inf,
+        {"a": [1, -math.inf]},
+        {1: "int key"},
+        {"k": b"bytes"},
+        {"k": {1, 2}},
+        {"k": object()},
+        "lone \ud800 surrogate",
+        {"k": ["x\udfff"]},
+    ],
+)
+def test_values_that_are_not_lossless_json_are_unencodable(data: Any) -> None:
+    with pytest.raises(schemas.UnencodableError):
+        schemas.encode_event({"type": "x/y", "seq": 0, "time": 0, "data": data}, "s")
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "turn/start", "seq": 0, "time": 0},  # no data
+        {"type": "turn/start", "seq": -1.5, "time": 0, "data": {}},
+        {"type": "turn/start", "seq": 2**63, "time": 0, "data": {}},
+        {"type": 7, "seq": 0, "time": 0, "data": {}},
+        {"type": "turn/start", "seq": 0, "time": 0, "data": {}, "extra": 1},
+        {"type": "turn/start", "seq": 0, "time": 0, "data": {}, "sessionId": "x"},
+        {"type": "turn/start", "seq": 0, "time": 0, "data": {}, "ignorable": "yes"},
+    ],
+)
+def test_bad_envelopes_are_unencodable(event: dict[str, Any]) -> None:
+    with pytest.raises(schemas.UnencodableError):
+        schemas.encode_event(event, "s")
+
+
+def test_codec_errors_cross_the_wire() -> None:
+    for cls in (
+        schemas.CodecError,
+        schemas.BadMarkerError,
+        schemas.UnknownFingerprintError,
+        schemas.CorruptRecordError,
+        schemas.SchemaMismatchError,
+        schemas.UnencodableError,
+    ):
+        err = cls("boom")
+        assert issubclass(cls, SessionError)
+        assert err.code.startswith("CODEC")
+        rebuilt = error_from_wire(err.to_wire())
+        assert type(rebuilt) is cls and rebuilt.code == err.code
+        assert type(pickle.loads(pickle.dumps(err))) is cls
