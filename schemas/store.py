@@ -155,14 +155,19 @@ class SchemaStore:
             store.add_file(path)
         return store
 
-    def add_file(self, path: Path | str) -> MessageSchema | None:
+    def add_file(self, path: Path | str, *, reader: bool = True) -> MessageSchema | None:
         p = Path(path)
-        return self.add(json.loads(p.read_text(encoding="utf-8")), source=p.name)
+        return self.add(json.loads(p.read_text(encoding="utf-8")), source=p.name, reader=reader)
 
-    def add(self, schema: Schema, *, source: str = "<memory>") -> MessageSchema | None:
+    def add(
+        self, schema: Schema, *, source: str = "<memory>", reader: bool = True
+    ) -> MessageSchema | None:
         """Add one schema document; returns its message schema when its top level is a record.
 
-        The newest record of a name becomes the reader schema for that name.
+        With ``reader`` (the default) it becomes the schema this store reads that record
+        name into; without, it is only known as a writer schema. That is how a consumer is
+        rolled out ahead of producers: it learns the new version's fingerprint first and keeps
+        reading into the version its code understands.
         """
         _collect(schema, None, self._names)
         if not (isinstance(schema, dict) and schema.get("type") == "record"):
@@ -181,7 +186,8 @@ class SchemaStore:
             parsed=fastavro.parse_schema(expanded, named_schemas={}),
         )
         self._by_fingerprint[fp] = message
-        self._current[message.name] = message
+        if reader or message.name not in self._current:
+            self._current[message.name] = message
         return message
 
     def by_fingerprint(self, fp: bytes) -> MessageSchema:
