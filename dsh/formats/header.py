@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsh.errors import FormatError
+from dsh.event import SESSION_FORMAT_VERSION
 from dsh.formats.wire import is_int
 
-SESSION_FORMAT_VERSION = 3
+__all__ = ["BAD_HEADER", "SESSION_FORMAT_VERSION", "SessionHeader", "parse_header"]
 BAD_HEADER = "BAD_HEADER"
 
 _KEYS = frozenset({"type", "version", "id", "createdAt"})

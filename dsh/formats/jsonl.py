@@ -9,9 +9,10 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from dsh.errors import FormatError
+from dsh.errors import FormatError, ValidationError
+from dsh.event import Event
 from dsh.formats.header import BAD_HEADER, SESSION_FORMAT_VERSION, SessionHeader, parse_header
 from dsh.formats.log import Entry, WireEvent
 from dsh.formats.migrations import migrate_entries
@@ -26,24 +27,17 @@ from dsh.formats.wire import (
 )
 
 NOT_JSON = "NOT_JSON"
+INVALID_EVENT = "INVALID_EVENT"
 
 
-class HasWireForm(Protocol):
-    """What the writer needs of an event; ``dsh.Event`` is one."""
-
-    def to_json(self) -> Mapping[str, Any]: ...
+Writable = Event | Mapping[str, Any]
 
 
-Writable = HasWireForm | Mapping[str, Any]
-
-
-def read_wire(
+def read_entries(
     source: Source, limits: Limits = DEFAULT_LIMITS
-) -> tuple[SessionHeader, list[WireEvent]]:
-    """The header and the v3 wire dicts of a session file of any supported version.
-
-    Blank lines are skipped (a trailing one is common); line numbers still count them.
-    """
+) -> tuple[SessionHeader, list[Entry]]:
+    """The header and the v3 events of a session file of any supported version, with the
+    line each came from. Blank lines are skipped (a trailing one is common) but counted."""
     header: SessionHeader | None = None
     entries: list[Entry] = []
     for number, raw in iter_source_lines(source, limits):
@@ -58,18 +52,35 @@ def read_wire(
         raise FormatError("session file has no header line", code=BAD_HEADER)
     migrated = migrate_entries(header.version, entries)
     header = SessionHeader(header.id, header.created_at, SESSION_FORMAT_VERSION, header.version)
-    return header, [e.event for e in migrated]
+    return header, migrated
+
+
+def read_wire(
+    source: Source, limits: Limits = DEFAULT_LIMITS
+) -> tuple[SessionHeader, list[WireEvent]]:
+    """The header and the v3 wire dicts of a session file of any supported version."""
+    header, entries = read_entries(source, limits)
+    return header, [e.event for e in entries]
 
 
 def read_jsonl(
     source: Source, limits: Limits = DEFAULT_LIMITS
-) -> tuple[SessionHeader, tuple[Any, ...]]:
-    """``dsh.formats.read_jsonl``: a session file of any supported version as v3 events."""
-    import dsh  # deferred: dsh imports this package; TODO type as dsh.Event once it lands
+) -> tuple[SessionHeader, tuple[Event, ...]]:
+    """``dsh.formats.read_jsonl``: a session file of any supported version as v3 events.
 
-    event_type: Any = getattr(dsh, "Event")  # noqa: B009
-    header, wire = read_wire(source, limits)
-    return header, tuple(event_type.from_json(d) for d in wire)
+    Only the envelope is checked here; whether the events form a valid session is what
+    ``Session.from_restore`` decides.
+    """
+    header, entries = read_entries(source, limits)
+    events = []
+    for entry in entries:
+        try:
+            events.append(Event.from_json(entry.event))
+        except ValidationError as exc:
+            raise FormatError(
+                f"{entry.where(SESSION_FORMAT_VERSION)}: {exc.message}", code=INVALID_EVENT
+            ) from exc
+    return header, tuple(events)
 
 
 def _as_wire(event: Writable) -> Any:
