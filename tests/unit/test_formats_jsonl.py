@@ -10,8 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dsh
 from dsh.errors import FormatError
-from dsh.formats import Limits, SessionHeader, encode_session, read_wire, write_jsonl
+from dsh.formats import (
+    Limits,
+    SessionHeader,
+    encode_session,
+    read_jsonl,
+    read_wire,
+    write_jsonl,
+)
 
 HEADER = '{"type":"session","version":3,"id":"s","createdAt":5}'
 
@@ -197,3 +205,40 @@ def test_property_write_then_read_gives_back_the_same_wire_events(
     header = write_jsonl(path, session_id, events)
     assert read_wire(path) == (header, events)
     assert read_wire(path.read_text(encoding="utf-8").split("\n")) == (header, events)
+
+
+# -- dsh.Event ----------------------------------------------------------------------------------
+
+
+def test_read_jsonl_gives_events_and_names_the_line_of_a_bad_envelope() -> None:
+    header, events = read_jsonl([HEADER, line(event(0, {"k": [1]}))])
+    assert header.id == "s"
+    assert events == (dsh.Event.from_json(event(0, {"k": [1]})),)
+    with pytest.raises(FormatError) as caught:
+        read_jsonl([HEADER, line(event(0)), line({**event(1), "extra": 1})])
+    assert caught.value.code == "INVALID_EVENT"
+    assert caught.value.message.startswith("line 3 (v3 seq 1): ")
+    assert "extra" in caught.value.message
+
+
+def test_a_session_written_and_read_back_restores_equal(tmp_path: Path) -> None:
+    session = dsh.Session.create("s", clock=iter(range(100, 200)).__next__)
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    message = {
+        "id": "u",
+        "role": "user",
+        "content": [{"type": "text", "text": "hi"}],
+        "source": {"kind": "user"},
+    }
+    session.append("user/message", message, surface_op="append")
+    session.append("vendor/note", {"x": 1.5}, ignorable=True)
+    path = tmp_path / "s.jsonl"
+    header = write_jsonl(path, session.id, session.events())
+    assert header.created_at == 100
+    read_header, events = read_jsonl(path)
+    assert read_header == header
+    assert events == session.events()
+    restored = dsh.Session.from_restore("s", events)
+    assert restored.surface.nodes == session.surface.nodes
+    assert restored.derive_messages() == session.derive_messages()

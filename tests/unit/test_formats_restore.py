@@ -5,16 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dsh
 from dsh.formats import migrate, read_jsonl
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(dsh, "Session"), reason="dsh.Session.from_restore has not landed yet"
-)
 
 DATA = Path(__file__).parent / "data" / "formats"
 MODEL = {"kind": "model", "provider": "p", "model": "m"}

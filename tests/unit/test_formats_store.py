@@ -9,15 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dsh
 from dsh.errors import FormatError
 from dsh.formats import read_wire
 from dsh.formats.store import FileStore, StoreError
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(dsh, "Session"), reason="dsh.Session has not landed yet"
-)
 
 DATA = Path(__file__).parent / "data" / "formats"
 
@@ -225,6 +223,38 @@ def test_an_old_format_file_is_rewritten_as_v3_at_the_next_flush(tmp_path: Path)
     say(session, "more")
     store.flush()
     assert read_wire(path)[1] == wire(session)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["say", "say", "flush", "crash"]), max_size=25))
+def test_property_reopening_gives_back_exactly_what_was_flushed(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[str]
+) -> None:
+    directory = tmp_path_factory.mktemp("store")
+    store = FileStore(directory, clock=clock())
+    session = store.create("s")
+    durable: list[dict[str, Any]] | None = None
+    for n, op in enumerate(ops):
+        if op == "say":
+            say(session, f"m{n}")
+        elif op == "flush":
+            store.flush()
+            durable = wire(session)
+        elif durable is None:  # a crash before the first flush: the session never existed
+            assert "s" not in FileStore(directory)
+            return
+        else:
+            store = FileStore(directory, clock=clock())
+            session = store.open("s")
+            restored = wire(session)
+            # restore seals a non-empty log with one session/end-seed unless it ends with one
+            sealed = not durable or durable[-1]["type"] == "session/end-seed"
+            assert restored[: len(durable)] == durable
+            assert [e["type"] for e in restored[len(durable) :]] == (
+                [] if sealed else ["session/end-seed"]
+            )
+            store.flush()
+            durable = restored
 
 
 def test_ids_lists_sessions_on_disk_and_open_ones(tmp_path: Path) -> None:
