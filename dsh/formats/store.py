@@ -23,7 +23,7 @@ from dsh.errors import FormatError, SessionError, register_error
 from dsh.event import Event
 from dsh.formats.header import SESSION_FORMAT_VERSION, SessionHeader
 from dsh.formats.jsonl import fsync_directory, read_jsonl
-from dsh.formats.wire import DEFAULT_LIMITS, Limits, encode_line
+from dsh.formats.wire import DEFAULT_LIMITS, Limits, decode_line, encode_line
 from dsh.projections import Interpreter
 from dsh.session import Session
 
@@ -162,7 +162,7 @@ class FileStore:
         path = self.path(session_id)
         if not path.exists():
             raise StoreError(f"session {session_id!r} does not exist", code="SESSION_NOT_FOUND")
-        _drop_torn_tail(path)
+        _repair_tail(path, self._limits)
         header, events = read_jsonl(path, self._limits)
         if header.id != session_id:
             raise FormatError(
@@ -212,27 +212,30 @@ class FileStore:
         return self._clock() if self._clock is not None else time.time_ns() // 1_000_000
 
 
-def _drop_torn_tail(path: Path) -> None:
-    """The store ends every line with a newline, so an unterminated last line is what a crash
-    during an append left behind — events whose flush never returned. Cut it off."""
+def _repair_tail(path: Path, limits: Limits) -> None:
+    """Make the file end at a line boundary before anything is appended to it.
+
+    The store ends every line with a newline, so an unterminated last line is what a crash
+    during an append left behind. If it is not a whole JSON value it is torn: cut it off (its
+    flush never returned, so nobody was promised it). If it is whole — a crash between the
+    last byte and the newline, or a hand-made file — keep it and add the newline.
+    """
     with open(path, "r+b") as fh:
         size = fh.seek(0, os.SEEK_END)
         if size == 0:
             return
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
+        # A line longer than the limit fails the read anyway, so looking that far back suffices.
+        start = max(0, size - limits.max_line_bytes - 2)
+        fh.seek(start)
+        tail = fh.read()
+        if tail.endswith(b"\n"):
             return
-        # Scan back in blocks for the last newline; lines are bounded, files need not be small.
-        end, block = size, 64 * 1024
-        while end > 0:
-            start = max(0, end - block)
-            fh.seek(start)
-            cut = fh.read(end - start).rfind(b"\n")
-            if cut >= 0:
-                fh.truncate(start + cut + 1)
-                break
-            end = start
+        cut = tail.rfind(b"\n") + 1  # 0 when the tail holds no newline: the whole window
+        try:
+            decode_line(tail[cut:], 0)
+        except FormatError:
+            fh.truncate(start + cut)
         else:
-            fh.truncate(0)
+            fh.write(b"\n")
         fh.flush()
         os.fsync(fh.fileno())

@@ -117,6 +117,17 @@ def test_a_torn_last_line_is_cut_off_on_open(tmp_path: Path) -> None:
     assert path.read_bytes().endswith(b"\n")
 
 
+def test_a_whole_last_line_without_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "legacy-0.jsonl"
+    path.write_bytes((DATA / "v0_legacy.jsonl").read_bytes().rstrip(b"\n"))
+    store = FileStore(tmp_path)
+    session = store.open("legacy-0")
+    assert session.event(15).type == "turn/end"  # the unterminated last line, migrated
+    say(session, "more")
+    store.flush()
+    assert read_wire(path)[1] == wire(session)
+
+
 def test_a_failed_flush_leaves_a_clean_file_and_keeps_the_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
