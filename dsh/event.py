@@ -71,8 +71,9 @@ class Event:
         op = self.surface_op
         if op is not None:
             out["surfaceOp"] = op.to_json() if type(op) is Replace else thaw(op)
-        if self.source_event_seqs is not None:
-            out["sourceEventSeqs"] = thaw(list(self.source_event_seqs))  # type: ignore[arg-type]
+        sources = self.source_event_seqs
+        if sources is not None:
+            out["sourceEventSeqs"] = list(sources) if type(sources) is tuple else thaw(sources)
         if self.ignorable:
             out["ignorable"] = True
         return out
