@@ -52,12 +52,20 @@ def _finite_float(text: str) -> float:
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # A duplicate key silently keeps the last value in json.loads; that is lossy.
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {key!r}")
-        obj[key] = value
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
     return obj
+
+
+# One decoder for every line: json.loads with hooks would build a new one per call.
+_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+)
 
 
 def decode_line(text: str | bytes, line: int) -> Any:
@@ -65,12 +73,7 @@ def decode_line(text: str | bytes, line: int) -> Any:
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-            object_pairs_hook=_unique_keys,
-        )
+        return _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeError are ValueErrors
         raise FormatError(f"line {line}: malformed JSON: {exc}", code=MALFORMED_LINE) from exc
 

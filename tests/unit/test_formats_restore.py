@@ -70,7 +70,7 @@ def _message(role: str, text: str, source: dict[str, Any]) -> dict[str, Any]:
 
 @st.composite
 def old_logs(draw: st.DrawFn) -> tuple[int, list[dict[str, Any]], list[Any]]:
-    """A v1 log of well-formed turns (chunks, retries, prompt changes, compaction replaces);
+    """A v0 or v1 log of well-formed turns (chunks, retries, prompt changes, compaction replaces);
     returns it with the prompt that should end up at node 0."""
     events: list[dict[str, Any]] = []
     nodes: list[int] = []  # the v1 surface, to pick valid replace ranges
@@ -123,6 +123,7 @@ def old_logs(draw: st.DrawFn) -> tuple[int, list[dict[str, Any]], list[Any]]:
                 summary = _message(
                     "user", f"s{len(events)}", {"kind": "plugin", "plugin": "compaction"}
                 )
+                add("compaction/start", {})
                 seq = add(
                     "user/message",
                     summary,
@@ -131,7 +132,11 @@ def old_logs(draw: st.DrawFn) -> tuple[int, list[dict[str, Any]], list[Any]]:
                 )
                 nodes[start : end + 1] = [seq]
         add("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
-    return 1, events, prompt
+    version = draw(st.sampled_from([0, 1]))
+    if version == 0:  # the same log under its legacy names
+        legacy = {"user/message": "steering/message", "compaction/start": "compact/start"}
+        events = [{**e, "type": legacy.get(e["type"], e["type"])} for e in events]
+    return version, events, prompt
 
 
 @settings(max_examples=150, deadline=None)
