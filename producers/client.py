@@ -1,0 +1,365 @@
+"""``SessionClient``: append to sessions through the writer, and read them back.
+
+Commands go to the commands topic keyed by session id (Kafka's default partitioner, so the
+writer owning that partition gets them in submission order). Each reply comes back on this
+client's partition of the replies topic, inside the writer's transaction, so a future resolves
+only with events that are committed. One background thread serves delivery reports, replies
+and timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+import dsh
+from deploy.config import KafkaSettings
+from deploy.topics import PRODUCER_PARTITIONER, partition_for
+from dsh.errors import SessionError
+from producers import metrics
+from producers.errors import AppendTimeoutError, PayloadTooLargeError, WriterUnavailableError
+from producers.restore import REQUEST_HEADER, high_watermark, read_session, reader_consumer
+from producers.writer import partition_counts
+from schemas import (
+    APPEND_COMMAND,
+    AppendCommand,
+    decode_reply,
+    draft,
+    encode_command,
+    record_headers,
+)
+
+log = logging.getLogger("dsh.client")
+
+# The broker refuses records above ~1 MB by default; the writer's own (lower) limits come back
+# as typed rejections, this one is what Kafka would refuse outright.
+MAX_RECORD_BYTES = 1_000_000
+
+Draft = Mapping[str, Any]
+
+
+@dataclass
+class _Pending:
+    future: Future[Any]
+    session_id: str
+    sent_at: float
+    deadline: float
+    single: bool
+
+
+class SessionClient:
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        *,
+        settings: KafkaSettings | None = None,
+        client_id: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if settings is None:
+            settings = (
+                KafkaSettings(bootstrap_servers=bootstrap_servers)
+                if bootstrap_servers
+                else KafkaSettings()
+            )
+        elif bootstrap_servers:
+            settings = settings.model_copy(update={"bootstrap_servers": bootstrap_servers})
+        self.settings = settings
+        self.client_id = client_id or f"client-{uuid.uuid4().hex}"
+        self.timeout = timeout
+        self._commands = settings.topic("commands")
+        self._events = settings.topic("events")
+        replies = settings.topic("replies")
+        counts = partition_counts(settings, [self._commands, self._events, replies])
+        self._event_partitions = counts[self._events]
+        self._key = self.client_id.encode()
+        self._pending: dict[str, _Pending] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._producer = Producer(
+            {
+                **settings.client_config(),
+                **PRODUCER_PARTITIONER,
+                "enable.idempotence": True,  # keeps per-session order across retries
+                "linger.ms": 1,
+            }
+        )
+        self._replies = Consumer(
+            {
+                **settings.client_config(),
+                "group.id": "dsh-client-unused",  # assign() only: never joins a group
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        tp = TopicPartition(replies, partition_for(self.client_id, counts[replies]))
+        # Start at the current end: every reply for this (new) client id comes later.
+        end = high_watermark(self._replies, replies, tp.partition)
+        self._replies.assign([TopicPartition(replies, tp.partition, end)])
+        self._thread = threading.Thread(
+            target=self._serve, name=f"dsh-client-{self.client_id}", daemon=True
+        )
+        self._thread.start()
+
+    # -- appends --------------------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        type: str,
+        data: Any,
+        *,
+        surface_op: Any = None,
+        source_event_seqs: Sequence[int] | None = None,
+        ignorable: bool = False,
+        expected_seq: int | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> dsh.Event:
+        """The committed event, or the writer's rejection as the core's own error class.
+        ``AppendTimeoutError``: unknown outcome, retry with the same ``request_id``."""
+        future = self.append_async(
+            session_id,
+            type,
+            data,
+            surface_op=surface_op,
+            source_event_seqs=source_event_seqs,
+            ignorable=ignorable,
+            expected_seq=expected_seq,
+            request_id=request_id,
+            timeout=timeout,
+        )
+        result: dsh.Event = future.result()
+        return result
+
+    def append_async(
+        self,
+        session_id: str,
+        type: str,
+        data: Any,
+        *,
+        surface_op: Any = None,
+        source_event_seqs: Sequence[int] | None = None,
+        ignorable: bool = False,
+        expected_seq: int | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Future[dsh.Event]:
+        d = draft(
+            type,
+            data,
+            surface_op=surface_op,
+            source_event_seqs=source_event_seqs,
+            ignorable=ignorable,
+        )
+        return self._submit(session_id, [d], expected_seq, request_id, timeout, single=True)
+
+    def append_many(
+        self,
+        session_id: str,
+        drafts: Iterable[Draft],
+        *,
+        expected_seq: int | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[dsh.Event]:
+        """Append several events all-or-nothing (drafts from ``schemas.draft``)."""
+        future = self.append_many_async(
+            session_id, drafts, expected_seq=expected_seq, request_id=request_id, timeout=timeout
+        )
+        result: list[dsh.Event] = future.result()
+        return result
+
+    def append_many_async(
+        self,
+        session_id: str,
+        drafts: Iterable[Draft],
+        *,
+        expected_seq: int | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Future[list[dsh.Event]]:
+        return self._submit(
+            session_id, [dict(d) for d in drafts], expected_seq, request_id, timeout, single=False
+        )
+
+    def _submit(
+        self,
+        session_id: str,
+        drafts: list[dict[str, Any]],
+        expected_seq: int | None,
+        request_id: str | None,
+        timeout: float | None,
+        *,
+        single: bool,
+    ) -> Future[Any]:
+        future: Future[Any] = Future()
+        if self._closed.is_set():
+            future.set_exception(WriterUnavailableError("the client is closed"))
+            return future
+        rid = request_id or uuid.uuid4().hex
+        try:
+            value = encode_command(
+                AppendCommand(rid, self.client_id, session_id, tuple(drafts), expected_seq)
+            )
+        except SessionError as exc:
+            future.set_exception(exc)
+            return future
+        if len(value) > MAX_RECORD_BYTES:
+            future.set_exception(
+                PayloadTooLargeError(
+                    f"request {rid!r}: command is {len(value)} bytes, Kafka takes at most "
+                    f"{MAX_RECORD_BYTES}",
+                    code="COMMAND_TOO_LARGE",
+                )
+            )
+            return future
+        now = time.monotonic()
+        with self._lock:
+            pending = self._pending.get(rid)
+            if pending is not None:
+                return pending.future  # the same request is already on its way
+            self._pending[rid] = _Pending(
+                future, session_id, now, now + (timeout or self.timeout), single
+            )
+        headers: list[tuple[str, str | bytes | None]] = [
+            *record_headers(APPEND_COMMAND),
+            (REQUEST_HEADER, rid.encode()),
+        ]
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            self._delivered(rid, err)
+
+        while True:
+            try:
+                self._producer.produce(
+                    self._commands,
+                    value=value,
+                    key=session_id.encode(),
+                    headers=headers,
+                    on_delivery=delivered,
+                )
+                return future
+            except BufferError:
+                self._producer.poll(0.01)  # the local queue is full: let deliveries drain
+
+    def _delivered(self, request_id: str, err: KafkaError | None) -> None:
+        if err is None:
+            return
+        with self._lock:
+            pending = self._pending.pop(request_id, None)
+        if pending is not None:
+            pending.future.set_exception(
+                WriterUnavailableError(f"request {request_id!r} not sent: {err.str()}")
+            )
+
+    # -- replies --------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        next_expiry_check = 0.0
+        while not self._closed.is_set():
+            self._producer.poll(0)
+            first = self._replies.poll(0.02)
+            if first is not None:
+                for m in [first, *self._replies.consume(1000, 0)]:
+                    self._on_reply(m)
+            now = time.monotonic()
+            if now >= next_expiry_check:
+                self._expire(now)
+                next_expiry_check = now + 0.05
+
+    def _on_reply(self, m: Message) -> None:
+        err = m.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("replies consumer: %s", err)
+            return
+        if m.key() != self._key:
+            return  # another client sharing this replies partition
+        try:
+            reply = decode_reply(m.value() or b"")
+        except SessionError as exc:
+            log.warning("undecodable reply at offset %s: %s", m.offset(), exc)
+            return
+        with self._lock:
+            pending = self._pending.pop(reply.request_id, None)
+        if pending is None:
+            return  # a duplicate answer to a retried request, already resolved
+        elapsed = time.monotonic() - pending.sent_at
+        error = reply.exception()
+        if error is not None:
+            metrics.CLIENT_ROUND_TRIP.labels("rejected").observe(elapsed)
+            pending.future.set_exception(error)
+            return
+        metrics.CLIENT_ROUND_TRIP.labels("committed").observe(elapsed)
+        events = [r.to_event() for r in reply.events or ()]
+        pending.future.set_result(events[0] if pending.single else events)
+
+    def _expire(self, now: float) -> None:
+        with self._lock:
+            expired = [rid for rid, p in self._pending.items() if p.deadline <= now]
+            gone = [(rid, self._pending.pop(rid)) for rid in expired]
+        for rid, pending in gone:
+            metrics.CLIENT_ROUND_TRIP.labels("timeout").observe(now - pending.sent_at)
+            pending.future.set_exception(
+                AppendTimeoutError(
+                    f"request {rid!r} to session {pending.session_id!r}: no reply in "
+                    f"{now - pending.sent_at:.1f}s; retrying with the same request_id is safe",
+                    request_id=rid,
+                )
+            )
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read(self, session_id: str, timeout: float | None = None) -> dsh.Session:
+        """The session restored from the events topic, as committed now."""
+        reader = reader_consumer(self.settings)
+        try:
+            return read_session(
+                reader,
+                self._events,
+                partition_for(session_id, self._event_partitions),
+                session_id,
+                timeout or self.timeout,
+            )
+        finally:
+            reader.close()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._thread.join()
+        self._producer.flush(10)
+        self._replies.close()
+        with self._lock:
+            pending = list(self._pending.items())
+            self._pending.clear()
+        for rid, p in pending:
+            p.future.set_exception(
+                WriterUnavailableError(f"request {rid!r}: the client closed before its reply")
+            )
+
+    def __enter__(self) -> SessionClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,51 @@
+"""Prometheus metrics of the writer and the client (one set per process, labelled)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+APPENDS = Counter(
+    "dsh_writer_appends_total",
+    "Events the writer handled, by event type and result (committed, rejected, duplicate).",
+    ["type", "result"],
+)
+REJECTED = Counter(
+    "dsh_writer_rejected_commands_total",
+    "Commands the writer rejected, by error class and code.",
+    ["error", "code"],
+)
+WRITER_LATENCY = Histogram(
+    "dsh_writer_append_latency_seconds",
+    "From a command's record timestamp to the commit of the transaction that answers it.",
+    buckets=_LATENCY_BUCKETS,
+)
+BATCH_COMMANDS = Histogram(
+    "dsh_writer_batch_commands",
+    "Commands per transaction.",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
+)
+TXN_COMMIT = Histogram(
+    "dsh_writer_transaction_commit_seconds",
+    "send_offsets_to_transaction + commit_transaction, per batch.",
+    buckets=_LATENCY_BUCKETS,
+)
+TXN_ABORTS = Counter("dsh_writer_transaction_aborts_total", "Transactions aborted.")
+PARTITIONS_OWNED = Gauge("dsh_writer_partitions_owned", "Commands partitions this writer serves.")
+RESTORE_SECONDS = Histogram(
+    "dsh_writer_restore_seconds",
+    "Time to restore one partition's sessions from the log.",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+SNAPSHOTS = Counter(
+    "dsh_writer_snapshots_total", "Session snapshots written, or skipped as too large.", ["result"]
+)
+DLQ = Counter("dsh_writer_dlq_total", "Command records sent to the DLQ (undecodable).")
+
+CLIENT_ROUND_TRIP = Histogram(
+    "dsh_client_append_seconds",
+    "SessionClient: from handing a command to Kafka to receiving its reply.",
+    ["result"],
+    buckets=_LATENCY_BUCKETS,
+)

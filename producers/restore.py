@@ -1,0 +1,146 @@
+"""Reading a partition of the events topic back into writer state (and a session for clients).
+
+Reads are ``read_committed`` and go on until the position reaches the *high watermark* read at
+the start (not the last stable offset): a transaction that a dead or paused owner left open
+holds the position below it until that transaction commits or is aborted, so a new owner
+never serves from a log that may still grow behind its back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+import dsh
+from deploy.config import KafkaSettings
+from dsh.errors import SessionError
+from producers.state import PartitionState, SessionState, rebuild, requests_from_log
+from schemas import decode_event
+
+REQUEST_HEADER = "dsh-request-id"
+
+
+class RestoreTimeoutError(SessionError):
+    default_code = "RESTORE_TIMEOUT"
+
+
+def reader_consumer(kafka: KafkaSettings, isolation: str = "read_committed") -> Consumer:
+    """A consumer for explicit assignments only (it never joins its group)."""
+    return Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": "dsh-reader-unused",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+
+
+def high_watermark(probe: Consumer, topic: str, partition: int, timeout_s: float = 10.0) -> int:
+    # The probe is read_uncommitted: a read_committed consumer would report the last stable
+    # offset, which stops short of open transactions.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _, high = probe.get_watermark_offsets(TopicPartition(topic, partition), 5.0, False)
+            return int(high)
+        except KafkaException:
+            # Leadership moves (a new topic, a broker restart) pass: ask again until the deadline.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def read_partition(
+    consumer: Consumer, topic: str, partition: int, end: int, timeout_s: float
+) -> Iterator[Message]:
+    """Every committed record of the partition below offset ``end``, from the beginning."""
+    tp = TopicPartition(topic, partition, OFFSET_BEGINNING)
+    consumer.assign([tp])
+    deadline = time.monotonic() + timeout_s
+    try:
+        position = 0
+        while position < end:
+            if time.monotonic() > deadline:
+                raise RestoreTimeoutError(
+                    f"{topic}[{partition}]: stuck at offset {position} of {end} for "
+                    f"{timeout_s:.0f}s (a transaction left open?)"
+                )
+            for message in consumer.consume(500, 0.2):
+                err = message.error()
+                if err is None:
+                    if message.offset() < end:  # type: ignore[operator]
+                        yield message
+                elif err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+            # Past aborted records and transaction markers, which are never returned.
+            pos = consumer.position([TopicPartition(topic, partition)])[0]
+            position = max(position, pos.offset)
+    finally:
+        consumer.unassign()
+
+
+def header(message: Message, name: str) -> str | None:
+    headers = message.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    for key, value in pairs:
+        if key == name and value is not None:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+def restore_partition(
+    reader: Consumer, probe: Consumer, events_topic: str, partition: int, timeout_s: float
+) -> PartitionState:
+    end = high_watermark(probe, events_topic, partition)
+    logs: dict[str, list[dict[str, Any]]] = {}
+    request_ids: dict[str, list[str | None]] = {}
+    state = PartitionState(partition)
+    for message in read_partition(reader, events_topic, partition, end, timeout_s):
+        try:
+            record = decode_event(message.value() or b"")
+        except SessionError as exc:
+            key = (message.key() or b"").decode(errors="replace")
+            state.broken[key] = exc
+            continue
+        logs.setdefault(record.session_id, []).append(record.event)
+        request_ids.setdefault(record.session_id, []).append(header(message, REQUEST_HEADER))
+    for session_id, events in logs.items():
+        if session_id in state.broken:
+            continue
+        try:
+            session = rebuild(session_id, events)
+        except SessionError as exc:
+            state.broken[session_id] = exc
+            continue
+        state.sessions[session_id] = SessionState(
+            session, requests_from_log(request_ids[session_id])
+        )
+    return state
+
+
+def read_session(
+    reader: Consumer, events_topic: str, partition: int, session_id: str, timeout_s: float
+) -> dsh.Session:
+    """The session as committed now: its partition up to the last stable offset."""
+    end = high_watermark(reader, events_topic, partition, timeout_s)  # read_committed: the LSO
+    key = session_id.encode()
+    events = [
+        decode_event(m.value() or b"").event
+        for m in read_partition(reader, events_topic, partition, int(end), timeout_s)
+        if m.key() == key
+    ]
+    return rebuild(session_id, events)

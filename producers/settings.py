@@ -1,0 +1,41 @@
+"""Settings of the writer service (``DSH_WRITER_*``); Kafka itself is ``DSH_KAFKA_*``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from deploy.config import StrictSettings
+
+KIB = 1024
+
+
+class WriterSettings(StrictSettings):
+    model_config = SettingsConfigDict(env_prefix="DSH_WRITER_", extra="forbid", frozen=True)
+
+    group_id: str = "dsh-writer"
+    # Empty: a fresh id per process. KIP-447 fences zombies through the group generation, so
+    # the id need not follow partitions; a stable id per replica additionally lets a restarted
+    # replica abort its predecessor's open transaction at once instead of at its timeout.
+    transactional_id: str = ""
+    batch_max_commands: Annotated[int, Field(ge=1)] = 1000
+    poll_timeout_ms: Annotated[int, Field(ge=1)] = 100
+    session_timeout_ms: Annotated[int, Field(ge=1000)] = 10_000
+    max_poll_interval_ms: Annotated[int, Field(ge=1000)] = 300_000
+    transaction_timeout_ms: Annotated[int, Field(ge=1000)] = 30_000
+    # A restore waits for transactions a dead owner left open; they end at its timeout.
+    restore_timeout_ms: Annotated[int, Field(ge=1000)] = 120_000
+    snapshot_every: Annotated[int, Field(ge=0)] = (
+        100  # events per session between snapshots; 0: never
+    )
+    # Both well under the broker's 1 MB default record limit: a reply carries every event of
+    # its command plus seq, time and session id per event.
+    max_event_bytes: Annotated[int, Field(ge=1)] = 256 * KIB
+    max_command_bytes: Annotated[int, Field(ge=1)] = 512 * KIB
+    max_snapshot_bytes: Annotated[int, Field(ge=1)] = 900 * KIB
+    metrics_port: Annotated[int, Field(ge=0)] = 9464  # 0: no /metrics server
+    # Test-only fault injection, e.g. "stop-before-produce:<request id>": the process SIGSTOPs
+    # itself in the middle of the batch that holds that request, to make zombies on purpose.
+    failpoint: str = ""

@@ -1,0 +1,146 @@
+"""What a writer holds for one partition, and how one command changes it. No Kafka here: the
+writer decides what to publish from the :class:`Outcome` and only keeps the change once the
+transaction that publishes it has committed (else it drops the partition and restores)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dsh
+from dsh.errors import SessionError, ValidationError
+from dsh.restore import restore
+from producers.errors import ConflictError, MalformedCommandError, PayloadTooLargeError
+from schemas import AppendCommand
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class SessionState:
+    session: dsh.Session
+    # request id -> (first seq, count): a retried request is answered from the log.
+    requests: dict[str, tuple[int, int]] = field(default_factory=dict)
+    clients: dict[str, str] = field(default_factory=dict)  # request id -> client id
+    events_since_snapshot: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    events: tuple[dsh.Event, ...] = ()
+    error: SessionError | None = None
+    new: bool = False  # False for a rejection or a retried request answered from the log
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_event_bytes: int
+    max_command_bytes: int
+
+
+def rebuild(session_id: str, events: Iterable[dsh.Event | dict[str, Any]]) -> dsh.Session:
+    """The session exactly as logged: no end-of-session marker, unlike ``from_restore``,
+    because the writer continues the log rather than starting a new process on it."""
+    return restore(dsh.Session(session_id, clock=wall_clock_ms), events, None, mark_end=False)
+
+
+@dataclass
+class PartitionState:
+    partition: int
+    sessions: dict[str, SessionState] = field(default_factory=dict)
+    # Sessions whose log does not restore: every command for them gets this error.
+    broken: dict[str, SessionError] = field(default_factory=dict)
+
+    def session(self, session_id: str) -> SessionState:
+        state = self.sessions.get(session_id)
+        if state is None:
+            state = SessionState(dsh.Session(session_id, clock=wall_clock_ms))
+            self.sessions[session_id] = state
+        return state
+
+    def apply(self, command: AppendCommand, size: int, limits: Limits) -> Outcome:
+        broken = self.broken.get(command.session_id)
+        if broken is not None:
+            return Outcome(error=broken)
+        state = self.session(command.session_id)
+        answered = state.requests.get(command.request_id)
+        if answered is not None:
+            first, count = answered
+            return Outcome(events=state.session.events(first, first + count))
+        try:
+            _check_command(command, size, limits)
+        except SessionError as exc:
+            return Outcome(error=exc)
+        session = state.session
+        before = len(session)
+        if command.expected_seq is not None and command.expected_seq != before:
+            return Outcome(
+                error=ConflictError(
+                    f"session {command.session_id!r}: expected seq {command.expected_seq}, "
+                    f"but the next seq is {before}"
+                )
+            )
+        try:
+            events = tuple(_append(session, d) for d in command.events)
+        except Exception as exc:
+            if len(session) > before:
+                # All-or-nothing: the core appends one event at a time, so a command failing
+                # part-way is undone by restoring the session from its events before it.
+                state.session = rebuild(command.session_id, session.events(0, before))
+            if not isinstance(exc, SessionError):
+                exc = ValidationError(f"{type(exc).__name__}: {exc}", code="INTERNAL")
+            return Outcome(error=exc)
+        state.requests[command.request_id] = (before, len(events))
+        state.clients[command.request_id] = command.client_id
+        state.events_since_snapshot += len(events)
+        return Outcome(events=events, new=True)
+
+    def undo(self, command: AppendCommand, outcome: Outcome) -> None:
+        """Take back an applied command the writer cannot publish (e.g. an event too large
+        once encoded); rare, so it simply restores the session from the events before it."""
+        state = self.sessions[command.session_id]
+        first = outcome.events[0].seq
+        state.session = rebuild(command.session_id, state.session.events(0, first))
+        del state.requests[command.request_id]
+        state.clients.pop(command.request_id, None)
+        state.events_since_snapshot = max(0, state.events_since_snapshot - len(outcome.events))
+
+
+def _append(session: dsh.Session, draft: dict[str, Any]) -> dsh.Event:
+    return session.append(
+        draft["type"],
+        draft["data"],
+        surface_op=draft.get("surfaceOp"),
+        source_event_seqs=draft.get("sourceEventSeqs"),
+        ignorable=bool(draft.get("ignorable", False)),
+    )
+
+
+def _check_command(command: AppendCommand, size: int, limits: Limits) -> None:
+    if not command.events:
+        raise MalformedCommandError(f"request {command.request_id!r}: a command needs events")
+    if size > limits.max_command_bytes:
+        raise PayloadTooLargeError(
+            f"request {command.request_id!r}: command is {size} bytes, the limit is "
+            f"{limits.max_command_bytes}",
+            code="COMMAND_TOO_LARGE",
+        )
+
+
+def requests_from_log(
+    request_ids: Sequence[str | None],
+) -> dict[str, tuple[int, int]]:
+    """Rebuild the request table from the ``dsh-request-id`` header of each event, in seq
+    order: a command's events are consecutive and carry the same id."""
+    table: dict[str, tuple[int, int]] = {}
+    for seq, rid in enumerate(request_ids):
+        if rid is None:
+            continue
+        first, count = table.get(rid, (seq, 0))
+        if first + count == seq:
+            table[rid] = (first, count + 1)
+    return table

@@ -1,0 +1,504 @@
+"""The single-writer service: owning commands partition p is the sole right to append to the
+sessions that hash to p.
+
+One loop, one thread: poll a batch of commands, validate each against the in-memory session,
+produce events + replies (+ snapshots), send the command offsets with the group metadata
+(KIP-447: a writer that lost the partition is fenced there), commit. Rebalance callbacks run
+inside ``poll``, between transactions, so a partition is never revoked mid-batch. Any abort or
+doubt drops the in-memory state and restores it from the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from deploy.config import ConfigError, KafkaSettings
+from deploy.topics import PRODUCER_PARTITIONER, partition_for
+from dsh.errors import SessionError
+from producers import metrics
+from producers.errors import (
+    MalformedCommandError,
+    PayloadTooLargeError,
+    WriterFencedError,
+    WrongPartitionError,
+)
+from producers.restore import REQUEST_HEADER, reader_consumer, restore_partition
+from producers.settings import WriterSettings
+from producers.state import Limits, Outcome, PartitionState
+from schemas import (
+    APPEND_REPLY,
+    WRITER_SNAPSHOT,
+    AnsweredRequest,
+    AppendCommand,
+    AppendReply,
+    WriterSnapshot,
+    decode_command,
+    encode_event,
+    encode_reply,
+    encode_snapshot,
+    event_headers,
+    record_headers,
+)
+
+log = logging.getLogger("dsh.writer")
+
+_KAFKA_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Topics:
+    commands: str
+    events: str
+    replies: str
+    snapshots: str
+    dlq: str
+
+    @classmethod
+    def of(cls, kafka: KafkaSettings) -> Topics:
+        return cls(*(kafka.topic(n) for n in ("commands", "events", "replies", "snapshots", "dlq")))
+
+
+def partition_counts(kafka: KafkaSettings, topics: Sequence[str]) -> dict[str, int]:
+    admin = AdminClient(kafka.client_config())
+    found = admin.list_topics(timeout=_KAFKA_TIMEOUT_S).topics
+    missing = [t for t in topics if t not in found]
+    if missing:
+        raise ConfigError(f"topics missing: {', '.join(missing)} (run `dsh up`?)")
+    return {t: len(found[t].partitions) for t in topics}
+
+
+class Writer:
+    def __init__(self, kafka: KafkaSettings, settings: WriterSettings) -> None:
+        self.kafka = kafka
+        self.settings = settings
+        self.topics = Topics.of(kafka)
+        self.limits = Limits(settings.max_event_bytes, settings.max_command_bytes)
+        self.partitions: dict[int, PartitionState] = {}
+        self.transactional_id = settings.transactional_id or f"dsh-writer-{uuid.uuid4().hex}"
+        self._stop = threading.Event()
+        self._failpoint = settings.failpoint
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._reader: Consumer | None = None
+        self._probe: Consumer | None = None
+        self._partition_count = 0
+        self._reply_partitions = 0
+        self._callback_error: Exception | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def owned(self) -> list[int]:
+        return sorted(self.partitions)
+
+    def run(self) -> None:
+        self._start()
+        try:
+            while not self._stop.is_set():
+                self._step()
+        finally:
+            self._close()
+
+    def _start(self) -> None:
+        t = self.topics
+        counts = partition_counts(self.kafka, [t.commands, t.events, t.replies, t.snapshots])
+        if counts[t.commands] != counts[t.events] or counts[t.snapshots] != counts[t.events]:
+            raise ConfigError(
+                f"commands, events and snapshots must have one partition count, got {counts}",
+                code="PARTITION_MISMATCH",
+            )
+        self._partition_count = counts[t.commands]
+        self._reply_partitions = counts[t.replies]
+        s = self.settings
+        self._producer = Producer(
+            {
+                **self.kafka.client_config(),
+                **PRODUCER_PARTITIONER,
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": s.transaction_timeout_ms,
+                # librdkafka's default backoff puts a ~100 ms floor under back-to-back
+                # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
+                "retry.backoff.ms": 10,
+                "linger.ms": 1,
+                "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
+            }
+        )
+        self._producer.init_transactions(_KAFKA_TIMEOUT_S)
+        self._reader = reader_consumer(self.kafka)
+        self._probe = reader_consumer(self.kafka, "read_uncommitted")
+        self._consumer = Consumer(
+            {
+                **self.kafka.client_config(),
+                "group.id": s.group_id,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": s.session_timeout_ms,
+                "heartbeat.interval.ms": max(100, s.session_timeout_ms // 4),
+                "max.poll.interval.ms": s.max_poll_interval_ms,
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        self._consumer.subscribe(
+            [t.commands],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info(
+            "writer %s started: group %s, %d partitions",
+            self.transactional_id,
+            s.group_id,
+            self._partition_count,
+        )
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()  # leaves the group now, so a successor needn't wait
+            except KafkaException as exc:
+                log.warning("closing the group consumer: %s", exc)
+        for c in (self._reader, self._probe):
+            if c is not None:
+                c.close()
+        self.partitions.clear()
+        metrics.PARTITIONS_OWNED.set(0)
+        log.info("writer %s stopped", self.transactional_id)
+
+    # -- ownership ------------------------------------------------------------------------
+
+    def _restore(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Restore the partitions' sessions; returns where their consumption must resume."""
+        assert self._consumer is not None and self._reader is not None
+        assert self._probe is not None
+        timeout = self.settings.restore_timeout_ms / 1000
+        # Waits for offsets a previous owner's transaction still has pending (the fetch asks
+        # for stable offsets under read_committed), so we resume where the log really is.
+        committed = self._consumer.committed(
+            [TopicPartition(self.topics.commands, tp.partition) for tp in partitions], timeout
+        )
+        for tp in committed:
+            started = time.monotonic()
+            state = restore_partition(
+                self._reader, self._probe, self.topics.events, tp.partition, timeout
+            )
+            self.partitions[tp.partition] = state
+            elapsed = time.monotonic() - started
+            metrics.RESTORE_SECONDS.observe(elapsed)
+            log.info(
+                "partition %d restored in %.2fs: %d sessions, resuming at command offset %s",
+                tp.partition,
+                elapsed,
+                len(state.sessions),
+                tp.offset if tp.offset >= 0 else "beginning",
+            )
+        metrics.PARTITIONS_OWNED.set(len(self.partitions))
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            )
+            for tp in committed
+        ]
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        try:
+            consumer.incremental_assign(self._restore(partitions))
+        except Exception as exc:
+            # Raised out of a librdkafka callback an exception loses its type; keep it and
+            # fail the loop with it right after poll returns.
+            self._callback_error = exc
+            return
+        log.info("partitions assigned %s; owning %s", _ids(partitions), self.owned)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.partitions.pop(tp.partition, None)
+        metrics.PARTITIONS_OWNED.set(len(self.partitions))
+        if partitions:
+            consumer.incremental_unassign(partitions)
+            log.info("partitions revoked %s; owning %s", _ids(partitions), self.owned)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost %s (membership expired)", _ids(partitions))
+        self._on_revoke(consumer, partitions)
+
+    # -- batches --------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        assert self._consumer is not None
+        first = self._consumer.poll(self.settings.poll_timeout_ms / 1000)
+        if self._callback_error is not None:
+            raise self._callback_error
+        if first is None:
+            return
+        # poll returns as soon as one record is there; drain what is already fetched without
+        # waiting, so a quiet stream gets low latency and a busy one big batches.
+        batch = [first, *self._consumer.consume(self.settings.batch_max_commands - 1, 0)]
+        records = []
+        for m in batch:
+            err = m.error()
+            if err is None:
+                records.append(m)
+            else:
+                log.warning("consumer error: %s", err)
+        if records:
+            self._process(records)
+
+    def _process(self, records: list[Message]) -> None:
+        assert self._producer is not None and self._consumer is not None
+        producer = self._producer
+        producer.begin_transaction()
+        offsets: dict[int, int] = {}
+        try:
+            handled = 0
+            for m in records:
+                p = m.partition()
+                state = self.partitions.get(p)  # type: ignore[arg-type]
+                if state is None:
+                    continue  # revoked since it was fetched: its new owner serves it
+                self._handle(m, state)
+                offsets[p] = m.offset() + 1  # type: ignore[index,operator]
+                handled += 1
+            if not offsets:
+                producer.abort_transaction(_KAFKA_TIMEOUT_S)
+                return
+            started = time.monotonic()
+            producer.send_offsets_to_transaction(
+                [TopicPartition(self.topics.commands, p, o) for p, o in offsets.items()],
+                self._consumer.consumer_group_metadata(),
+                _KAFKA_TIMEOUT_S,
+            )
+            self._commit()
+            done = time.monotonic()
+            metrics.TXN_COMMIT.observe(done - started)
+            metrics.BATCH_COMMANDS.observe(handled)
+            now_ms = time.time() * 1000
+            for m in records:
+                _, ts = m.timestamp()
+                if ts > 0:
+                    metrics.WRITER_LATENCY.observe(max(0.0, now_ms - ts) / 1000)
+        except KafkaException as exc:
+            self._recover(exc)
+        except BaseException:
+            # Not Kafka's doing: publish nothing of this batch, and let the process fail
+            # loudly rather than serve from state the log may lack.
+            self._abort_quietly()
+            raise
+
+    def _commit(self) -> None:
+        assert self._producer is not None
+        for attempt in range(3):
+            try:
+                self._producer.commit_transaction(_KAFKA_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if not err.retriable() or attempt == 2:
+                    raise
+
+    def _abort_quietly(self) -> None:
+        assert self._producer is not None
+        try:
+            self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
+        except KafkaException as exc:
+            log.error("abort failed: %s", exc)
+
+    def _recover(self, exc: KafkaException) -> None:
+        """Abort, then trust nothing in memory: restore every owned partition from the log and
+        rewind the commands to the committed offsets."""
+        assert self._producer is not None and self._consumer is not None
+        err: KafkaError = exc.args[0]
+        metrics.TXN_ABORTS.inc()
+        if err.fatal():
+            log.error("transaction failed fatally (fenced by a newer owner?): %s", err)
+            raise WriterFencedError(f"writer {self.transactional_id}: {err.str()}") from exc
+        log.warning("transaction aborted: %s", err)
+        try:
+            self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
+        except KafkaException as abort_exc:
+            raise WriterFencedError(
+                f"writer {self.transactional_id}: abort failed: {abort_exc}"
+            ) from abort_exc
+        owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
+        self.partitions.clear()
+        if not owned:
+            return
+        for tp in self._restore(owned):
+            self._consumer.seek(tp)
+
+    # -- one command ----------------------------------------------------------------------
+
+    def _handle(self, m: Message, state: PartitionState) -> None:
+        assert self._producer is not None
+        value = m.value() or b""
+        try:
+            command = decode_command(value)
+        except SessionError as exc:
+            self._dead_letter(m, exc)
+            return
+        outcome = self._decide(m, command, state, len(value))
+        self._maybe_stop(command)
+        events = self.topics.events
+        sid = command.session_id
+        if outcome.new:
+            values = [encode_event(ev, sid) for ev in outcome.events]
+            too_big = [
+                (ev, len(v))
+                for ev, v in zip(outcome.events, values, strict=True)
+                if len(v) > self.limits.max_event_bytes
+            ]
+            if too_big:
+                state.undo(command, outcome)
+                ev, size = too_big[0]
+                outcome = Outcome(
+                    error=PayloadTooLargeError(
+                        f"request {command.request_id!r}: event {ev.type} would be {size} "
+                        f"bytes, the limit is {self.limits.max_event_bytes}",
+                        code="EVENT_TOO_LARGE",
+                    )
+                )
+            else:
+                rid = (REQUEST_HEADER, command.request_id.encode())
+                for ev, v in zip(outcome.events, values, strict=True):
+                    self._producer.produce(
+                        events,
+                        value=v,
+                        key=sid.encode(),
+                        partition=state.partition,
+                        headers=[*event_headers(ev.type), rid],
+                    )
+                self._maybe_snapshot(state, sid)
+        self._reply(command, outcome)
+
+    def _decide(
+        self, m: Message, command: AppendCommand, state: PartitionState, size: int
+    ) -> Outcome:
+        if m.key() != command.session_id.encode():
+            return Outcome(
+                error=MalformedCommandError(
+                    f"request {command.request_id!r}: record key {m.key()!r} is not the "
+                    f"session id {command.session_id!r}"
+                )
+            )
+        home = partition_for(command.session_id, self._partition_count)
+        if home != m.partition():
+            return Outcome(
+                error=WrongPartitionError(
+                    f"request {command.request_id!r}: session {command.session_id!r} lives on "
+                    f"partition {home}, the command came on {m.partition()}; produce commands "
+                    "with Kafka's default (murmur2) partitioner"
+                )
+            )
+        return state.apply(command, size, self.limits)
+
+    def _reply(self, command: AppendCommand, outcome: Outcome) -> None:
+        assert self._producer is not None
+        if outcome.error is not None:
+            reply = AppendReply.rejected(
+                command.request_id, command.client_id, command.session_id, outcome.error
+            )
+            metrics.REJECTED.labels(type(outcome.error).__name__, outcome.error.code).inc()
+            first = command.events[0].get("type", "?") if command.events else "?"
+            metrics.APPENDS.labels(str(first), "rejected").inc()
+        else:
+            reply = AppendReply.committed(
+                command.request_id, command.client_id, command.session_id, outcome.events
+            )
+            result = "committed" if outcome.new else "duplicate"
+            for ev in outcome.events:
+                metrics.APPENDS.labels(ev.type, result).inc()
+        self._producer.produce(
+            self.topics.replies,
+            value=encode_reply(reply),
+            key=command.client_id.encode(),
+            partition=partition_for(command.client_id, self._reply_partitions),
+            headers=[
+                *record_headers(APPEND_REPLY),
+                (REQUEST_HEADER, command.request_id.encode()),
+            ],
+        )
+
+    def _maybe_snapshot(self, state: PartitionState, session_id: str) -> None:
+        every = self.settings.snapshot_every
+        session_state = state.sessions[session_id]
+        if not every or session_state.events_since_snapshot < every:
+            return
+        assert self._producer is not None
+        session_state.events_since_snapshot = 0
+        value = encode_snapshot(
+            WriterSnapshot(
+                session_id,
+                tuple(ev.to_json() for ev in session_state.session.events()),
+                tuple(
+                    AnsweredRequest(rid, session_state.clients.get(rid, ""), first, count)
+                    for rid, (first, count) in session_state.requests.items()
+                ),
+            )
+        )
+        if len(value) > self.settings.max_snapshot_bytes:
+            # Snapshots only speed restores up; the events topic alone restores correctly.
+            metrics.SNAPSHOTS.labels("skipped").inc()
+            return
+        self._producer.produce(
+            self.topics.snapshots,
+            value=value,
+            key=session_id.encode(),
+            partition=state.partition,
+            headers=[*record_headers(WRITER_SNAPSHOT)],
+        )
+        metrics.SNAPSHOTS.labels("written").inc()
+
+    def _dead_letter(self, m: Message, exc: SessionError) -> None:
+        assert self._producer is not None
+        log.warning(
+            "undecodable command at %s[%s]@%s: %s", m.topic(), m.partition(), m.offset(), exc
+        )
+        self._producer.produce(
+            self.topics.dlq,
+            value=m.value(),
+            key=m.key(),
+            headers=[
+                ("dsh-error", type(exc).__name__.encode()),
+                ("dsh-error-code", exc.code.encode()),
+                ("dsh-error-message", exc.message.encode()),
+                ("dsh-source", f"{m.topic()}/{m.partition()}/{m.offset()}".encode()),
+            ],
+        )
+        metrics.DLQ.inc()
+
+    def _maybe_stop(self, command: AppendCommand) -> None:
+        kind, _, request_id = self._failpoint.partition(":")
+        if kind == "stop-before-produce" and request_id == command.request_id:
+            self._failpoint = ""
+            log.warning("failpoint: stopping before producing request %s", request_id)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            log.warning("failpoint: resumed")
+
+
+def _ids(partitions: Sequence[TopicPartition]) -> list[int]:
+    return sorted(tp.partition for tp in partitions)

@@ -1,0 +1,293 @@
+"""The writer and SessionClient against the real broker: the Kafka path gives exactly what the
+in-process core gives, every rejection arrives typed with nothing published, and a retried
+request id appends once (also across a writer restart)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+import dsh
+from deploy.config import KafkaSettings
+from deploy.topics import partition_for
+from producers import (
+    ConflictError,
+    MalformedCommandError,
+    PayloadTooLargeError,
+    SessionClient,
+    WrongPartitionError,
+    draft,
+)
+from producers.restore import reader_consumer
+from producers.writer import Writer
+from schemas import AppendCommand, decode_reply, encode_command
+from tests.integration.writer_support import (
+    PARTITIONS,
+    assistant,
+    multi_turn_script,
+    run_script_in_process,
+    running_writer,
+    user,
+    without_time,
+    writer_settings,
+)
+
+
+@pytest.fixture
+def writer(topics: KafkaSettings) -> Iterator[Writer]:
+    settings = writer_settings(max_event_bytes=4_000, max_command_bytes=12_000)
+    with running_writer(topics, settings) as w:
+        yield w
+
+
+@pytest.fixture
+def client(topics: KafkaSettings, writer: Writer) -> Iterator[SessionClient]:
+    with SessionClient(settings=topics, timeout=20) as c:
+        yield c
+
+
+def _events_end_offsets(kafka: KafkaSettings) -> list[int]:
+    probe = reader_consumer(kafka, "read_uncommitted")
+    try:
+        topic = kafka.topic("events")
+        return [
+            probe.get_watermark_offsets(TopicPartition(topic, p), 10, False)[1]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        probe.close()
+
+
+def test_scripted_session_through_the_client_equals_the_in_process_core(
+    client: SessionClient,
+) -> None:
+    sid = f"roundtrip-{uuid.uuid4().hex[:8]}"
+    acked: list[dsh.Event] = []
+
+    def append(type_: str, data: Any, op: Any, sources: Any) -> dsh.Event:
+        ev = client.append(sid, type_, data, surface_op=op, source_event_seqs=sources)
+        acked.append(ev)
+        return ev
+
+    def append_many(drafts: list[dict[str, Any]]) -> list[dsh.Event]:
+        events = client.append_many(sid, drafts)
+        acked.extend(events)
+        return events
+
+    multi_turn_script(append, append_many)
+    local = dsh.Session.create(sid)
+    run_script_in_process(local)
+
+    assert without_time(acked) == without_time(local.events())
+    assert [e.seq for e in acked] == list(range(len(local)))
+    remote = client.read(sid)
+    assert remote.events() == tuple(acked)  # times too: the log is what was acknowledged
+    assert remote.surface.nodes == local.surface.nodes
+    assert remote.surface.replace_generation == local.surface.replace_generation == 1
+    assert remote.surface.content_generation == local.surface.content_generation
+    assert remote.derive_messages() == local.derive_messages()
+    assert without_time(remote.transcript()) == without_time(local.transcript())
+
+
+def _open_step(client: SessionClient, sid: str) -> None:
+    client.append(sid, "turn/start", {"turn": 1})
+    client.append(sid, "user/message", user("u1"), surface_op="append")
+    client.append(sid, "step/start", {"turn": 1, "step": 1})
+    client.append(sid, "assistant/message", assistant(1, 1, "hello"), surface_op="append")
+
+
+REJECTIONS: list[tuple[str, dict[str, Any], type[dsh.SessionError], str]] = [
+    (
+        "surface: replace endpoint not on the surface",
+        {
+            "type": "user/message",
+            "data": user("x"),
+            "surfaceOp": dsh.Replace(0, 1).to_json(),
+            "sourceEventSeqs": [0, 1],
+        },
+        dsh.SurfaceError,
+        "",
+    ),
+    (
+        "provenance: replace without citing a hidden node",
+        {
+            "type": "user/message",
+            "data": user("x"),
+            "surfaceOp": dsh.Replace(1, 3).to_json(),
+            "sourceEventSeqs": [1],
+        },
+        dsh.ProvenanceError,
+        "",
+    ),
+    (
+        "invariant: a second turn inside the open one",
+        {"type": "turn/start", "data": {"turn": 2}},
+        dsh.InvariantError,
+        "",
+    ),
+    (
+        "projection: a projection type without an interpreter",
+        {"type": "image/offload", "data": {"seqs": [1]}},
+        dsh.ProjectionError,
+        "",
+    ),
+    ("envelope: a malformed type", {"type": "no-slash", "data": {}}, dsh.ValidationError, ""),
+    (
+        "size: one event above the writer's event limit",
+        {"type": "user/message", "data": user("big", "x" * 5_000), "surfaceOp": "append"},
+        PayloadTooLargeError,
+        "EVENT_TOO_LARGE",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("draft_", "error", "code"),
+    [pytest.param(d, e, c, id=name) for name, d, e, c in REJECTIONS],
+)
+def test_each_rejection_reaches_the_client_typed_and_publishes_nothing(
+    topics: KafkaSettings,
+    client: SessionClient,
+    draft_: dict[str, Any],
+    error: type[dsh.SessionError],
+    code: str,
+) -> None:
+    sid = f"reject-{uuid.uuid4().hex[:8]}"
+    _open_step(client, sid)
+    local = dsh.Session.create(sid)
+    local.append("turn/start", {"turn": 1})
+    local.append("user/message", user("u1"), surface_op="append")
+    local.append("step/start", {"turn": 1, "step": 1})
+    local.append("assistant/message", assistant(1, 1, "hello"), surface_op="append")
+    before = _events_end_offsets(topics)
+
+    with pytest.raises(error) as remote_error:
+        client.append_many(sid, [draft_])
+    assert type(remote_error.value) is error
+    if code:
+        assert remote_error.value.code == code
+    else:  # the core's own class and code, as the in-process session raises them
+        with pytest.raises(error) as local_error:
+            local.append(
+                draft_["type"],
+                draft_["data"],
+                surface_op=draft_.get("surfaceOp"),
+                source_event_seqs=draft_.get("sourceEventSeqs"),
+            )
+        assert remote_error.value.code == local_error.value.code
+        assert remote_error.value.message == local_error.value.message
+
+    assert _events_end_offsets(topics) == before
+    assert len(client.read(sid)) == 4
+    assert client.append(sid, "user/message", user("after"), surface_op="append").seq == 4
+
+
+def test_writer_level_rejections(topics: KafkaSettings, client: SessionClient) -> None:
+    sid = f"limits-{uuid.uuid4().hex[:8]}"
+    client.append(sid, "user/message", user("u0"), surface_op="append")
+    before = _events_end_offsets(topics)
+
+    with pytest.raises(ConflictError) as conflict:
+        client.append(sid, "user/message", user("u1"), surface_op="append", expected_seq=0)
+    assert conflict.value.code == "EXPECTED_SEQ_MISMATCH"
+    assert "expected seq 0" in conflict.value.message
+
+    many = [
+        draft("user/message", user(f"m{i}", "y" * 3_000), surface_op="append") for i in range(5)
+    ]
+    with pytest.raises(PayloadTooLargeError) as too_large:
+        client.append_many(sid, many)
+    assert too_large.value.code == "COMMAND_TOO_LARGE"
+
+    with pytest.raises(MalformedCommandError):
+        client.append_many(sid, [])
+
+    # All-or-nothing: the second event fails, so the first is not kept either.
+    with pytest.raises(dsh.InvariantError):
+        client.append_many(
+            sid,
+            [
+                draft("user/message", user("ok"), surface_op="append"),
+                draft("turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
+            ],
+        )
+    assert _events_end_offsets(topics) == before
+    assert (
+        client.append(sid, "user/message", user("u2"), surface_op="append", expected_seq=1).seq == 1
+    )
+    assert [e.data["id"] for e in client.read(sid).events()] == ["u0", "u2"]
+
+
+def test_a_command_on_the_wrong_partition_is_rejected(
+    topics: KafkaSettings, writer: Writer
+) -> None:
+    sid = f"misplaced-{uuid.uuid4().hex[:8]}"
+    wrong = (partition_for(sid, PARTITIONS) + 1) % PARTITIONS
+    client_id = f"raw-{uuid.uuid4().hex[:8]}"
+    command = AppendCommand("r-wrong", client_id, sid, (draft("user/message", user("u")),))
+    producer = Producer(topics.client_config())
+    producer.produce(
+        topics.topic("commands"), encode_command(command), sid.encode(), partition=wrong
+    )
+    producer.flush(10)
+
+    replies = Consumer(
+        {**topics.client_config(), "group.id": "unused", "isolation.level": "read_committed"}
+    )
+    replies.assign(
+        [TopicPartition(topics.topic("replies"), partition_for(client_id, PARTITIONS), 0)]
+    )
+    try:
+        message = None
+        for _ in range(100):
+            message = replies.poll(0.2)
+            if message is not None and message.error() is None:
+                break
+        assert message is not None and message.error() is None
+        error = decode_reply(message.value() or b"").exception()
+    finally:
+        replies.close()
+    assert isinstance(error, WrongPartitionError)
+    assert error.code == "WRONG_PARTITION"
+    assert _events_end_offsets(topics) == [0] * PARTITIONS
+
+
+def test_a_retried_request_id_appends_once(topics: KafkaSettings, client: SessionClient) -> None:
+    sid = f"retry-{uuid.uuid4().hex[:8]}"
+    first = client.append(sid, "user/message", user("u0"), surface_op="append", request_id="r0")
+    again = client.append(sid, "user/message", user("u0"), surface_op="append", request_id="r0")
+    assert again == first
+    batch = [
+        draft("turn/start", {"turn": 1}),
+        draft("user/message", user("u1"), surface_op="append"),
+    ]
+    events = client.append_many(sid, batch, request_id="r1")
+    assert client.append_many(sid, batch, request_id="r1") == events
+    # In flight together: one command commits, both futures get its events.
+    twice = [client.append_async(sid, "step/start", {"turn": 1, "step": 1}, request_id="r2")]
+    twice.append(client.append_async(sid, "step/start", {"turn": 1, "step": 1}, request_id="r2"))
+    assert twice[0].result(20) == twice[1].result(20)
+    assert [e.seq for e in client.read(sid).events()] == [0, 1, 2, 3]
+
+
+def test_a_retry_after_a_writer_restart_is_answered_from_the_log(topics: KafkaSettings) -> None:
+    sid = f"restart-{uuid.uuid4().hex[:8]}"
+    settings = writer_settings()
+    with SessionClient(settings=topics, timeout=20) as client:
+        with running_writer(topics, settings):
+            batch = [
+                draft("turn/start", {"turn": 1}),
+                draft("user/message", user("u1"), surface_op="append"),
+            ]
+            original = client.append_many(sid, batch, request_id="restart-r1")
+            for i in range(6):  # enough for a snapshot (every 5 events) as well
+                client.append(sid, "user/message", user(f"m{i}"), surface_op="append")
+        with running_writer(topics, settings):  # same group: restores from the log
+            assert client.append_many(sid, batch, request_id="restart-r1") == original
+            nxt = client.append(sid, "user/message", user("next"), surface_op="append")
+        assert nxt.seq == 8
+        assert len(client.read(sid)) == 9

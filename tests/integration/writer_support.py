@@ -1,0 +1,238 @@
+"""Helpers for the writer tests: event builders, a scripted multi-turn session, and writers
+run in-process (a thread) or as `python -m dsh.cli writer` subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dsh
+from deploy.config import KafkaSettings
+from producers.settings import WriterSettings
+from producers.writer import Writer
+from schemas import draft
+
+REPO = Path(__file__).resolve().parents[2]
+PARTITIONS = 4
+
+
+def text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+def user(mid: str, body: str = "hi") -> dict[str, Any]:
+    return {"id": mid, "role": "user", "content": [text(body)], "source": {"kind": "user"}}
+
+
+def system(turn: int, step: int, body: str) -> dict[str, Any]:
+    message = {
+        "id": f"sys-{turn}-{step}",
+        "role": "system",
+        "content": [text(body)],
+        "source": {"kind": "plugin", "plugin": "system-prompt"},
+    }
+    return {"turn": turn, "step": step, "message": message}
+
+
+def assistant(turn: int, step: int, body: str, calls: tuple[str, ...] = ()) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [text(body)]
+    content += [{"type": "tool-call", "id": c, "name": "echo", "arguments": "{}"} for c in calls]
+    message = {
+        "id": f"a-{turn}-{step}",
+        "role": "assistant",
+        "content": content,
+        "source": {"kind": "model", "provider": "mock", "model": "m1"},
+    }
+    stream = [{"t": 0, "kind": "text", "text": body}]
+    return {"turn": turn, "step": step, "message": message, "stream": stream}
+
+
+def tool_call(call: str, turn: int, step: int) -> dict[str, Any]:
+    return {"turn": turn, "step": step, "callId": call, "name": "echo", "arguments": "{}"}
+
+
+def tool_result(call: str, turn: int, step: int, body: str) -> dict[str, Any]:
+    block = {"type": "tool-result", "toolCallId": call, "content": [text(body)], "isError": False}
+    message = {
+        "id": f"r-{call}",
+        "role": "user",
+        "content": [block],
+        "source": {"kind": "tool", "callId": call},
+    }
+    return {"turn": turn, "step": step, "message": message}
+
+
+# One append: (type, data, surface_op, source_event_seqs) -> committed event; one command of
+# several events: list of drafts -> committed events.
+Append = Callable[[str, Any, Any, Any], dsh.Event]
+AppendMany = Callable[[list[dict[str, Any]]], list[dsh.Event]]
+
+
+def multi_turn_script(append: Append, append_many: AppendMany) -> None:
+    """Two turns with a tool call, then a third that compacts turn 1 into a summary."""
+    surface: list[int] = []
+
+    def visible(ev: dsh.Event) -> dsh.Event:
+        if ev.surface_op == "append":
+            surface.append(ev.seq)
+        return ev
+
+    for turn in (1, 2):
+        append("turn/start", {"turn": turn}, None, None)
+        visible(append("user/message", user(f"u{turn}", f"question {turn}"), "append", None))
+        append("step/start", {"turn": turn, "step": 1}, None, None)
+        if turn == 1:
+            visible(append("system/message", system(1, 1, "be terse"), "append", None))
+        call = f"c{turn}"
+        visible(
+            append("assistant/message", assistant(turn, 1, "let me look", (call,)), "append", None)
+        )
+        called = append("tool/call", tool_call(call, turn, 1), None, None)
+        visible(append("tool/result", tool_result(call, turn, 1, "42"), "append", [called.seq]))
+        append("step/end", {"turn": turn, "step": 1}, None, None)
+        append("step/start", {"turn": turn, "step": 2}, None, None)
+        visible(append("assistant/message", assistant(turn, 2, f"answer {turn}"), "append", None))
+        # The end of a turn as one all-or-nothing command.
+        append_many(
+            [
+                draft("step/end", {"turn": turn, "step": 2}),
+                draft("turn/end", {"turn": turn, "reason": {"kind": "completed"}}),
+            ]
+        )
+    append("turn/start", {"turn": 3}, None, None)
+    append("compaction/start", {"range": "turn 1"}, None, None)
+    # Replace turn 1's user message .. its final answer (surface nodes 0..5, the system
+    # message among them) with one summary citing every hidden node.
+    start, end = surface[0], surface[4]
+    hidden = [s for s in surface if start <= s <= end]
+    append(
+        "user/message",
+        user("summary-1", "turn 1 asked a question; the tool said 42"),
+        dsh.Replace(start, end),
+        hidden,
+    )
+    append("compaction/end", {"range": "turn 1"}, None, None)
+    visible(append("user/message", user("u3", "and now?"), "append", None))
+    append("turn/end", {"turn": 3, "reason": {"kind": "completed"}}, None, None)
+
+
+def run_script_in_process(session: dsh.Session) -> None:
+    def append(type_: str, data: Any, op: Any, sources: Any) -> dsh.Event:
+        return session.append(type_, data, surface_op=op, source_event_seqs=sources)
+
+    def append_many(drafts: list[dict[str, Any]]) -> list[dsh.Event]:
+        return [
+            session.append(
+                d["type"],
+                d["data"],
+                surface_op=d.get("surfaceOp"),
+                source_event_seqs=d.get("sourceEventSeqs"),
+            )
+            for d in drafts
+        ]
+
+    multi_turn_script(append, append_many)
+
+
+def without_time(events: Any) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.to_json().items() if k != "time"} for e in events]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def writer_settings(**overrides: Any) -> WriterSettings:
+    values: dict[str, Any] = {
+        "group_id": f"dsh-writer-{uuid.uuid4().hex[:8]}",
+        "metrics_port": 0,
+        "session_timeout_ms": 6000,
+        "transaction_timeout_ms": 10_000,
+        "restore_timeout_ms": 60_000,
+        "snapshot_every": 5,
+    }
+    values.update(overrides)
+    return WriterSettings(**values)
+
+
+@contextmanager
+def running_writer(kafka: KafkaSettings, settings: WriterSettings) -> Iterator[Writer]:
+    """A writer on a thread of this process, serving every partition before it is yielded."""
+    writer = Writer(kafka, settings)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            writer.run()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="writer", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(writer.owned) == PARTITIONS or bool(failure), 30, "ownership")
+        if failure:
+            raise failure[0]
+        yield writer
+    finally:
+        writer.stop()
+        thread.join(30)
+    if failure:
+        raise failure[0]
+
+
+class WriterProcess:
+    """`python -m dsh.cli writer` with env settings, its log in a file the test can read."""
+
+    def __init__(self, kafka: KafkaSettings, log_path: Path, **settings: Any) -> None:
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("DSH_KAFKA_", "DSH_WRITER_"))
+        }
+        env["DSH_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap_servers
+        env["DSH_KAFKA_TOPIC_PREFIX"] = kafka.topic_prefix
+        for key, value in settings.items():
+            env[f"DSH_WRITER_{key.upper()}"] = str(value)
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dsh.cli", "writer"],
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def owned(self) -> list[int] | None:
+        """The partitions the last assignment line says it owns (None before the first)."""
+        owned = None
+        for line in self.log().splitlines():
+            if "; owning [" in line:
+                inside = line.rsplit("; owning [", 1)[1].split("]", 1)[0]
+                owned = [int(p) for p in inside.split(",") if p.strip()]
+        return owned
+
+    def stopped(self) -> bool:
+        """True while the process is SIGSTOPped (state T in /proc)."""
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._log.close()
