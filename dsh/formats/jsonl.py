@@ -109,7 +109,7 @@ def write_jsonl(
     *,
     created_at: int | None = None,
 ) -> SessionHeader:
-    """Write a v3 session file atomically: a reader sees the old file or the whole new one.
+    """Write a v3 session file atomically (see :func:`replace_atomically`).
 
     ``header`` may be just the session id; ``createdAt`` then defaults to the first event's
     time (0 for an empty log), keeping the output a pure function of the input.
@@ -119,12 +119,19 @@ def write_jsonl(
         if created_at is None:
             created_at = int(_as_wire(events[0]).get("time", 0)) if events else 0
         header = SessionHeader(header, created_at)
+    replace_atomically(path, encode_session(header, events))
+    return header
+
+
+def replace_atomically(path: PathLike, chunks: Iterable[bytes]) -> None:
+    """Write under a temporary name, fsync, rename over ``path``, fsync the directory: a reader
+    (or a crash) sees the old file or the whole new one, never a mix."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            for line in encode_session(header, events):
-                fh.write(line)
+            for chunk in chunks:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
@@ -132,7 +139,6 @@ def write_jsonl(
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_directory(target.parent)
-    return header
 
 
 def fsync_directory(directory: PathLike) -> None:

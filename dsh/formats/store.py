@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,14 +21,15 @@ from pathlib import Path
 from dsh.errors import FormatError, SessionError, register_error
 from dsh.event import Event
 from dsh.formats.header import SESSION_FORMAT_VERSION, SessionHeader
-from dsh.formats.jsonl import fsync_directory, read_jsonl
+from dsh.formats.jsonl import encode_session, read_jsonl, replace_atomically
 from dsh.formats.wire import DEFAULT_LIMITS, Limits, decode_line, encode_line
 from dsh.projections import Interpreter
 from dsh.session import Session
 
 SUFFIX = ".jsonl"
-# Portable file names only: no separators, no dot files, no case or length surprises for ids
-# that must round-trip through every file system the store may sit on.
+# Portable file names only: no separators, no dot files, nothing a shell or another file
+# system would read differently. (Ids differing only in case still collide on
+# case-insensitive file systems.)
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -78,24 +78,11 @@ class _Journal:
         with self.lock:
             if self.rewrite or not self.exists:
                 events = self.session.events() if self.rewrite else self.pending
-                self._write_whole(b"".join(encode_line(e.to_json()) for e in events))
+                replace_atomically(self.path, encode_session(self.header, events))
                 self.exists, self.rewrite = True, False
             elif self.pending:
                 self._append(b"".join(encode_line(e.to_json()) for e in self.pending))
             self.pending.clear()
-
-    def _write_whole(self, body: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(encode_line(self.header.to_json()) + body)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        fsync_directory(self.path.parent)
 
     def _append(self, body: bytes) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
