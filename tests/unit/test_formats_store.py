@@ -268,6 +268,27 @@ def test_property_reopening_gives_back_exactly_what_was_flushed(
             durable = restored
 
 
+def _offload(event: Any, ctx: Any) -> dict[int, Any]:
+    seq = event.data["seq"]
+    message = dict(ctx.messages[seq])
+    message["content"] = [{"type": "text", "text": "[offloaded]"}]
+    return {seq: message}
+
+
+def test_message_projections_are_registered_on_create_and_replayed_on_open(
+    tmp_path: Path,
+) -> None:
+    with FileStore(tmp_path, projections={"image/offload": _offload}) as store:
+        session = store.create("s1")
+        say(session, "big")
+        session.append("image/offload", {"seq": 0})
+        assert [m["content"][0]["text"] for m in session.derive_messages()] == ["[offloaded]"]
+    reopened = FileStore(tmp_path, projections={"image/offload": _offload}).open("s1")
+    assert [m["content"][0]["text"] for m in reopened.derive_messages()] == ["[offloaded]"]
+    with pytest.raises(dsh.SessionError):
+        FileStore(tmp_path).open("s1").derive_messages()
+
+
 def test_ids_lists_sessions_on_disk_and_open_ones(tmp_path: Path) -> None:
     (tmp_path / "not a session.jsonl").write_text("")
     (tmp_path / "notes.txt").write_text("")
