@@ -90,9 +90,11 @@ def read_str(data: bytes, pos: int) -> tuple[str, int]:
         pos += 1
     else:
         n, pos = read_long(data, pos)
+    if n < 0:
+        raise CorruptRecordError(f"negative string length at offset {pos}")
+    # No upper bound check: a string that overruns leaves pos past the end, which the next
+    # read or the final length check reports as truncation.
     end = pos + n
-    if n < 0 or end > len(data):
-        raise CorruptRecordError(f"string of {n} bytes at offset {pos} overruns the record")
     return data[pos:end].decode("utf-8"), end
 
 
@@ -295,6 +297,55 @@ _READERS: dict[str, Reader] = {
 }
 
 
+# Tagged unions: a record with ``"dsh.when": {"kind": "model"}`` is the branch for values whose
+# ``kind`` is "model". Look-alike records (TextBlock and ReasoningBlock have the same fields) are
+# told apart by the tag, never by which happens to fit first.
+WHEN_ATTR = "dsh.when"
+_PLAIN = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
+
+
+def _tag(node: Any) -> dict[str, str] | None:
+    if isinstance(node, dict) and isinstance(node.get(WHEN_ATTR), dict):
+        return node[WHEN_ATTR]  # type: ignore[no-any-return]
+    return None
+
+
+def union_tags(nodes: Sequence[Any]) -> tuple[str | None, dict[str, int]]:
+    """The tag field of a union's tagged records and tag value → position in ``nodes``."""
+    field: str | None = None
+    by_tag: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        when = _tag(node)
+        if when is None:
+            continue
+        ((key, value),) = when.items()
+        if field not in (None, key):
+            raise ValueError(f"one union tags its records by both {field!r} and {key!r}")
+        field = key
+        by_tag[value] = i
+    return field, by_tag
+
+
+def _fitting_types(node: Any) -> frozenset[type] | None:
+    """The plain Python types a value of this schema can have (None: unknown, try it)."""
+    if isinstance(node, str):
+        return {
+            "string": frozenset({str}),
+            "long": frozenset({int}),
+            "int": frozenset({int}),
+            "boolean": frozenset({bool}),
+            "double": frozenset({float}),
+        }.get(node)
+    kind = node.get("type")
+    if kind == "enum":
+        return frozenset({str})
+    if kind in ("record", "map"):
+        return frozenset({dict})
+    if kind == "array":
+        return frozenset({list, tuple})
+    return None
+
+
 class _Compiler:
     def __init__(self) -> None:
         self.named: dict[str, dict[str, Any]] = {}
@@ -394,9 +445,12 @@ class _Compiler:
 
         return w_map
 
-    def _branches(self, branches: list[Any]) -> tuple[list[tuple[bytes, Writer]], bytes | None]:
-        """Typed (non-null, non-JsonValue) branches with their index bytes, and JsonValue's."""
-        typed: list[tuple[bytes, Writer]] = []
+    def _branches(
+        self, branches: list[Any]
+    ) -> tuple[list[tuple[bytes, Writer, Any]], bytes | None]:
+        """Typed (non-null, non-JsonValue) branches as (index bytes, writer, schema node), and
+        JsonValue's index bytes."""
+        typed: list[tuple[bytes, Writer, Any]] = []
         json_index: bytes | None = None
         for i, b in enumerate(branches):
             node = self.resolve(b)
@@ -405,14 +459,33 @@ class _Compiler:
             if isinstance(node, dict) and node.get("name") == JSON_VALUE:
                 json_index = long_bytes(i)
             else:
-                typed.append((long_bytes(i), self.writer(node)))
+                typed.append((long_bytes(i), self.writer(node), node))
         return typed, json_index
 
     def _union_writer(self, branches: list[Any]) -> Writer:
         typed, json_index = self._branches(branches)
+        tag_field, by_tag = union_tags([node for _, _, node in typed])
+        tagged = {value: (typed[i][0], typed[i][1]) for value, i in by_tag.items()}
+        # Untagged branches, with the Python types that can fit them: trying a branch that
+        # cannot fit costs an exception, so skip those up front.
+        untagged = [(index, w, _fitting_types(node)) for index, w, node in typed if not _tag(node)]
 
         def w_union(v: Any, buf: bytearray) -> None:
-            for index, w in typed:
+            if tag_field is not None and type(v) is dict:
+                tag = v.get(tag_field)
+                branch = tagged.get(tag) if type(tag) is str else None
+                if branch is not None:
+                    mark = len(buf)
+                    buf += branch[0]
+                    try:
+                        branch[1](v, buf)
+                        return
+                    except NoFit:
+                        del buf[mark:]
+            t = type(v)
+            for index, w, types in untagged:
+                if types is not None and t not in types and t in _PLAIN:
+                    continue
                 mark = len(buf)
                 buf += index
                 try:
@@ -540,14 +613,24 @@ class _Compiler:
             return r_map
         raise ValueError(f"unsupported schema {node!r}")
 
+    def union_table(self, branches: list[Any]) -> tuple[Reader | None, ...]:
+        """Union readers indexed by the raw index byte (zigzag 2i): one lookup, no varint."""
+        if len(branches) > 63:
+            raise ValueError("unions of more than 63 branches are not supported")
+        table: list[Reader | None] = [None] * 128
+        for i, b in enumerate(branches):
+            table[2 * i] = _r_null if self.resolve(b) == "null" else self.reader(b)
+        return tuple(table)
+
     def _union_reader(self, branches: list[Any]) -> Reader:
-        readers = tuple(_r_null if self.resolve(b) == "null" else self.reader(b) for b in branches)
+        table = self.union_table(branches)
 
         def r_union(data: bytes, pos: int) -> tuple[Any, int]:
-            i, pos = read_long(data, pos)
-            if not 0 <= i < len(readers):
-                raise CorruptRecordError(f"union index {i} out of range at offset {pos}")
-            return readers[i](data, pos)
+            b = data[pos]
+            r = table[b] if b < 128 else None
+            if r is None:
+                raise _bad_index(pos)
+            return r(data, pos + 1)
 
         return r_union
 
@@ -564,8 +647,14 @@ class _Compiler:
                     src.read_optional_primitive(fname, inner)
                 else:
                     src.read_optional(fname, self.reader(rt[1]))
-            elif isinstance(rt, list) and "null" in map(self.resolve, rt):
-                src.read_maybe_absent(fname, self.reader(rt))
+            elif isinstance(rt, list):
+                src.read_union(fname, self.union_table(rt), "null" in map(self.resolve, rt))
+            elif isinstance(rt, dict) and rt["type"] == "array":
+                items = self.resolve(rt["items"])
+                table = None
+                if isinstance(items, list) and "null" not in map(self.resolve, items):
+                    table = self.union_table(items)
+                src.read_array(fname, self.reader(rt), table, self.reader(items))
             else:
                 src.read(fname, self.reader(ftype))
         return src.build_reader()
@@ -599,7 +688,7 @@ def _unexpected(record: str, v: Mapping[str, Any], known: frozenset[str]) -> NoF
 
 
 def _overrun(pos: int, n: int) -> CorruptRecordError:
-    return CorruptRecordError(f"string of {n} bytes at offset {pos} overruns the record")
+    return CorruptRecordError(f"string length {n} at offset {pos} is negative")
 
 
 def _bad_index(pos: int) -> CorruptRecordError:
@@ -648,9 +737,9 @@ def _read_lines(kind: str, target: str) -> list[str]:
         "    pos += 1",
         "else:",
         "    n, pos = read_long(data, pos)",
-        "end = pos + n",
-        "if n < 0 or end > len(data):",
+        "if n < 0:",
         "    raise overrun(pos, n)",
+        "end = pos + n",
         f"{target} = data[pos:end].decode('utf-8')",
         "pos = end",
     ]
@@ -676,6 +765,7 @@ class _RecordSource:
             "as_dict": _as_dict,
             "overrun": _overrun,
             "bad_index": _bad_index,
+            "block_count": _read_block_count,
             "RECORD": record,
             "NULL_BRANCH": _SMALL[0],  # union index 0, null: the key is absent
             "SECOND_BRANCH": _SMALL[1],
@@ -799,9 +889,65 @@ class _RecordSource:
             "    raise bad_index(pos)",
         ]
 
-    def read_maybe_absent(self, fname: str, reader: Reader) -> None:
-        r = self._bind(reader)
-        self.r += [f"x, pos = {r}(data, pos)", "if x is not ABSENT:", f"    out[{fname!r}] = x"]
+    def read_union(self, fname: str, table: tuple[Reader | None, ...], has_null: bool) -> None:
+        t = self._bind(table)
+        self.r += [
+            "b = data[pos]",
+            f"r = {t}[b] if b < 128 else None",
+            "if r is None:",
+            "    raise bad_index(pos)",
+        ]
+        if has_null:
+            self.r += [
+                "x, pos = r(data, pos + 1)",
+                "if x is not ABSENT:",
+                f"    out[{fname!r}] = x",
+            ]
+        else:
+            self.r.append(f"out[{fname!r}], pos = r(data, pos + 1)")
+
+    def read_array(
+        self,
+        fname: str,
+        general: Reader,
+        item_table: tuple[Reader | None, ...] | None,
+        item: Reader,
+    ) -> None:
+        """Inline the usual case, a first block with a small count; anything else (counts of 64
+        or more, negative counts) goes to the general array reader."""
+        g, it = self._bind(general), self._bind(item)
+        if item_table is not None:
+            t = self._bind(item_table)
+            read_item = [
+                "    b = data[pos]",
+                f"    r = {t}[b] if b < 128 else None",
+                "    if r is None:",
+                "        raise bad_index(pos)",
+                "    x, pos = r(data, pos + 1)",
+            ]
+        else:
+            read_item = [f"    x, pos = {it}(data, pos)"]
+        self.r += [
+            "n = data[pos]",
+            "if n == 0:",
+            f"    out[{fname!r}] = []",
+            "    pos += 1",
+            "elif n < 0x80 and not n & 1:",
+            "    pos += 1",
+            "    items = []",
+            "    for _ in range(n >> 1):",
+            *("    " + line for line in read_item),
+            "        items.append(x)",
+            "    while data[pos] != 0:",  # more blocks: legal, rare
+            "        m, pos = block_count(data, pos)",
+            "        for _ in range(m):",
+            f"            x, pos = {it}(data, pos)",
+            "            items.append(x)",
+            "    pos += 1",
+            f"    out[{fname!r}] = items",
+            "else:",
+            f"    out[{fname!r}], pos = {g}(data, pos)",
+        ]
 
     def read(self, fname: str, reader: Reader) -> None:
         r = self._bind(reader)

@@ -121,6 +121,8 @@ def _binary_read(schema: MessageSchema) -> Callable[[bytes], Any]:
     def read_record(data: bytes) -> Any:
         value, end = read(data, HEADER_SIZE)
         if end != len(data):
+            if end > len(data):
+                raise CorruptRecordError(f"{name}: truncated record ({len(data)} bytes)")
             raise CorruptRecordError(f"{name}: {len(data) - end} trailing bytes after the record")
         return value
 

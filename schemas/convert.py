@@ -207,26 +207,42 @@ class _Compiler:
         return enc_array
 
     def _union_encoder(self, branches: list[Any]) -> Encoder:
-        typed: list[tuple[str, Encoder]] = []
+        from schemas.binary import union_tags  # the one definition of tagged unions
+
+        typed: list[tuple[str, Encoder, Any]] = []
         has_json = False
         for b in branches:
-            name = _branch_name(self.resolve(b))
+            node = self.resolve(b)
+            name = _branch_name(node)
             if name == "null":
                 continue  # null means "absent"; the record handles absence
             if name == JSON_VALUE:
                 has_json = True
                 continue
-            typed.append((name, self.encoder(b)))
+            typed.append((name, self.encoder(b), node))
+        tag_field, by_tag = union_tags([node for _, _, node in typed])
+        tagged = {value: typed[i][:2] for value, i in by_tag.items()}
+        untagged = [
+            (name, enc) for i, (name, enc, _) in enumerate(typed) if i not in by_tag.values()
+        ]
 
         def enc_union(v: Any) -> Any:
-            for name, enc in typed:
+            if tag_field is not None and isinstance(v, Mapping):
+                tag = v.get(tag_field)
+                branch = tagged.get(tag) if type(tag) is str else None
+                if branch is not None:
+                    try:
+                        return (branch[0], branch[1](v))
+                    except NoFit:
+                        pass
+            for name, enc in untagged:
                 try:
                     return (name, enc(v))
                 except NoFit:
                     continue
             if has_json:
                 return (JSON_VALUE, encode_json_value(v))
-            raise NoFit(f"{type(v).__name__} fits no branch of {[n for n, _ in typed]}")
+            raise NoFit(f"{type(v).__name__} fits no branch of {[n for n, _, _ in typed]}")
 
         return enc_union
 
