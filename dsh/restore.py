@@ -7,6 +7,7 @@ are facts of the log; append alone guarantees they never go backwards).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,22 @@ def restore(
 ) -> Session:
     for event_type, interpreter in (projections or {}).items():
         session.register_message_projection(event_type, interpreter)
+    # Restore builds many long-lived, acyclic objects (frozen JSON, events). The cycle collector
+    # would rescan them over and over while they pile up (measured: ~2x slower restore from wire
+    # dicts) and can find no garbage among them, so it is paused for the bulk load.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        last = _replay(session, events)
+    finally:
+        if paused:
+            gc.enable()
+    if mark_end and last is not None and last.type != END_SEED:
+        append_marker(session, {})
+    return session
+
+
+def _replay(session: Session, events: Iterable[Event | Mapping[str, Any]]) -> Event | None:
     plan, commit = session._plan, session._commit
     last: Event | None = None
     for index, raw in enumerate(events):
@@ -51,9 +68,7 @@ def restore(
                 f"invalid event at index {index}: {exc.message}", index=index, code=exc.code
             ) from exc
         last = ev
-    if mark_end and last is not None and last.type != END_SEED:
-        append_marker(session, {})
-    return session
+    return last
 
 
 def append_marker(session: Session, data: Mapping[str, Any]) -> Event:
