@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from dsh.cli import stack_commands, writer_commands
+from dsh.cli import projector_commands, stack_commands, writer_commands
 from dsh.errors import SessionError
 
 DESCRIPTION = """\
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     stack_commands.register(commands)
+    projector_commands.register(commands)
     writer_commands.register(commands)
     return parser
 

@@ -1,0 +1,34 @@
+"""Errors of the projectors; codes travel in DLQ headers and blocked-session reasons."""
+
+from __future__ import annotations
+
+from dsh.errors import SessionError, register_error
+
+
+@register_error
+class ProjectorError(SessionError):
+    default_code = "PROJECTOR"
+
+
+@register_error
+class PoisonRecordError(ProjectorError):
+    """A record that can never be applied: bad key, wrong session, or refused by the rules."""
+
+    default_code = "POISON_RECORD"
+
+
+@register_error
+class MissingInterpreterError(ProjectorError):
+    """A message-projection event whose interpreter this process was not given."""
+
+    default_code = "MISSING_INTERPRETER"
+
+
+@register_error
+class SessionBlockedError(ProjectorError):
+    default_code = "SESSION_BLOCKED"
+
+
+@register_error
+class VerifyMismatchError(ProjectorError):
+    default_code = "VERIFY_MISMATCH"

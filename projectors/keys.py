@@ -1,0 +1,27 @@
+"""Redis key names. Every key of one session carries the hash tag ``{<session id>}`` so the
+apply scripts touch a single slot and run unchanged on Redis Cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "dsh"
+
+    def session(self, session_id: str, *parts: str) -> str:
+        return ":".join((self.prefix, "{" + session_id + "}", *parts))
+
+    def meta(self, projection: str, session_id: str) -> str:
+        return self.session(session_id, projection, "meta")
+
+    def sessions(self, projection: str) -> str:
+        """Every session a projection has seen (for replay and listing; not slot-bound)."""
+        return f"{self.prefix}:sessions:{projection}"
+
+    def blocked(self, projection: str) -> str:
+        return f"{self.prefix}:blocked:{projection}"
+
+    def sentinel(self, projection: str, instance: str) -> str:
+        return f"{self.prefix}:projector:{projection}:{instance}"

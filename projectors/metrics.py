@@ -1,0 +1,28 @@
+"""Prometheus metrics of the projectors (one set per process, labelled by projector)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+EVENTS = Counter(
+    "dsh_projector_events",
+    "Events handled, by projector and result (applied, duplicate, gap, blocked, poison)",
+    ["projector", "result"],
+)
+BATCH_SECONDS = Histogram(
+    "dsh_projector_apply_seconds",
+    "Time to plan and apply one batch in Redis (one pipeline round trip)",
+    ["projector"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+LAG = Gauge("dsh_projector_lag", "Records behind the partition's end", ["projector", "partition"])
+BLOCKED = Gauge("dsh_projector_blocked_sessions", "Sessions blocked with a reason", ["projector"])
+DLQ = Counter("dsh_projector_dlq", "Records sent to the DLQ", ["projector", "code"])
+REBUILDS = Counter(
+    "dsh_projector_rebuilds", "Sessions rebuilt from the topic", ["projector", "cause"]
+)
+
+
+def serve(port: int) -> None:
+    if port:
+        start_http_server(port)

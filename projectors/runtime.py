@@ -1,0 +1,413 @@
+"""The consumer runtime every projector shares.
+
+One consumer group per projection, read_committed, offsets committed by hand only after Redis
+acknowledged the batch (at-least-once delivery; the apply script makes it effectively once).
+A batch spans many sessions: events are planned in Python against a per-session state cache
+and sent as one pipeline of script calls. Whatever the cache believes, Redis decides: a
+duplicate is skipped, a gap (Redis lost state) rebuilds that session from the topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from deploy.config import KafkaSettings
+from dsh.errors import SessionError
+from projectors import metrics
+from projectors.dlq import DeadLetters
+from projectors.errors import PoisonRecordError
+from projectors.projection import Projection, dumps
+from projectors.records import Poison, Record, decode, encode
+from projectors.scripts import APPLY, BLOCK, load_all
+from projectors.settings import ProjectorSettings
+from projectors.topic_reader import read_sessions
+
+S = TypeVar("S")
+log = logging.getLogger("projectors")
+
+APPLIED, DUPLICATE, GAP, BLOCKED = 1, 0, -1, -2
+
+
+@dataclass
+class Entry(Generic[S]):
+    state: S
+    blocked: bool = False
+
+
+class Runtime(Generic[S]):
+    def __init__(
+        self,
+        projection: Projection[S],
+        kafka: KafkaSettings,
+        client: redis.Redis,
+        settings: ProjectorSettings,
+    ) -> None:
+        self.projection = projection
+        self.name = projection.name
+        self.kafka = kafka
+        self.redis = client
+        self.settings = settings
+        self.keys = projection.keys
+        self.topic = kafka.topic("events")
+        self.instance = uuid.uuid4().hex[:12]
+        self.cache: OrderedDict[str, Entry[S]] = OrderedDict()
+        self.stats: Counter[str] = Counter()
+        self.dlq = DeadLetters(kafka, self.name)
+        self._consumer: Consumer | None = None
+        self._next_check = 0.0
+        self._replay_pending = False
+        load_all(client)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        consumer = Consumer(
+            {
+                **self.kafka.client_config(),
+                "group.id": self.settings.group_id(self.name),
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        self._consumer = consumer
+        consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.redis.set(self.keys.sentinel(self.name, self.instance), "1", ex=600)
+        try:
+            while not stop.is_set():
+                self._housekeeping(consumer)
+                messages = [m for m in self._next_batch(consumer) if self._usable(m)]
+                if messages:
+                    self._process_until_done(messages, stop)
+                    self._commit(consumer, messages)
+        finally:
+            self._consumer = None
+            consumer.close()
+            self.dlq.flush()
+            log.info("projector %s stopped: %s", self.name, dict(self.stats))
+
+    def _next_batch(self, consumer: Consumer) -> list[Message]:
+        """Wait for one record, then take whatever else is already fetched: a quiet topic
+        gets low latency, a busy one full batches."""
+        first = consumer.poll(self.settings.poll_timeout_s)
+        if first is None:
+            return []
+        return [first, *consumer.consume(self.settings.batch_size - 1, 0)]
+
+    def _usable(self, message: Message) -> bool:
+        error = message.error()
+        if error is None:
+            return True
+        if error.code() != KafkaError._PARTITION_EOF:
+            log.warning("projector %s: consumer error %s", self.name, error)
+        return False
+
+    def _process_until_done(self, messages: list[Message], stop: threading.Event) -> None:
+        delay = 0.1
+        while True:
+            try:
+                self.process(messages)
+                return
+            except redis.ConnectionError as exc:
+                # Nothing is committed; the cache may be ahead of Redis, so forget it.
+                self.cache.clear()
+                if stop.is_set():
+                    raise
+                log.warning("projector %s: Redis unavailable (%s); retrying", self.name, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _commit(self, consumer: Consumer, messages: Sequence[Message]) -> None:
+        ends: dict[int, int] = {}
+        for m in messages:
+            ends[m.partition() or 0] = max(ends.get(m.partition() or 0, -1), m.offset() or 0)
+        offsets = [TopicPartition(self.topic, p, o + 1) for p, o in ends.items()]
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:  # a rebalance in between: the next owner re-applies, harmlessly
+            log.warning("projector %s: offset commit failed: %s", self.name, exc)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.cache.clear()
+        if not self.redis.exists(self._initialized_key()):
+            # Redis holds nothing of this projection (new, or lost while we were down): the
+            # committed offsets say nothing about it, so replay the whole topic.
+            log.info("projector %s: Redis is empty; replaying from the start", self.name)
+            for tp in partitions:
+                tp.offset = OFFSET_BEGINNING
+            self.redis.set(self._initialized_key(), self.instance)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.cache.clear()
+
+    def _initialized_key(self) -> str:
+        return f"{self.keys.prefix}:projection:{self.name}:initialized"
+
+    def _housekeeping(self, consumer: Consumer) -> None:
+        now = time.monotonic()
+        if now < self._next_check and not self._replay_pending:
+            return
+        self._next_check = now + self.settings.sentinel_interval_s
+        if not self._sentinel_alive():
+            self._replay_pending = True
+        if self._replay_pending:
+            self._replay_pending = not self._seek_to_start(consumer)
+        self._report_gauges(consumer)
+
+    def _sentinel_alive(self) -> bool:
+        """False when Redis lost our sentinel: it was flushed, or restarted empty."""
+        key = self.keys.sentinel(self.name, self.instance)
+        if self.redis.set(key, "1", ex=600, xx=True):
+            return True
+        self.redis.set(key, "1", ex=600)
+        self.redis.set(self._initialized_key(), self.instance)
+        log.warning("projector %s: Redis lost its data; replaying the topic", self.name)
+        self.stats["redis_lost"] += 1
+        return False
+
+    def _seek_to_start(self, consumer: Consumer) -> bool:
+        self.cache.clear()
+        try:
+            for tp in consumer.assignment():
+                consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
+        except Exception as exc:  # not fetching yet: try again on the next round
+            log.info("projector %s: seek postponed: %s", self.name, exc)
+            return False
+        metrics.REBUILDS.labels(self.name, "redis-lost").inc()
+        return True
+
+    def _report_gauges(self, consumer: Consumer) -> None:
+        try:
+            assignment = consumer.assignment()
+            positions = consumer.position(assignment) if assignment else []
+            for tp in positions:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+                if tp.offset >= 0 and high >= 0:
+                    metrics.LAG.labels(self.name, str(tp.partition)).set(max(high - tp.offset, 0))
+            metrics.BLOCKED.labels(self.name).set(self.redis.scard(self.keys.blocked(self.name)))
+        except Exception as exc:  # metrics never stop the projector
+            log.debug("projector %s: gauges: %s", self.name, exc)
+
+    # --- one batch -------------------------------------------------------------------------
+
+    def process(self, messages: Iterable[Message]) -> None:
+        items = [decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0) for m in messages]
+        self.apply_items(items)
+
+    def apply_items(self, items: Sequence[Record | Poison]) -> None:
+        started = time.perf_counter()
+        sessions = {i.session_id for i in items if isinstance(i, Record)}
+        try:
+            self._load(sessions)
+            commands, queued, rebuild = self._plan(items)
+            results = self._execute(commands)
+            self._settle(queued, results, rebuild)
+            if rebuild:
+                self.rebuild(rebuild, cause="gap")
+            self.dlq.flush()
+        except BaseException:
+            for sid in sessions:
+                self.cache.pop(sid, None)
+            raise
+        metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+
+    def _load(self, sessions: set[str]) -> None:
+        missing = [sid for sid in sessions if sid not in self.cache]
+        for sid in sessions - set(missing):
+            self.cache.move_to_end(sid)
+        if not missing:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        reads = [self.projection.load_reads(sid) for sid in missing]
+        for session_reads in reads:
+            for command in session_reads:
+                _queue(pipe, command)
+        _queue(pipe, ("SMISMEMBER", self.keys.blocked(self.name), *missing))
+        replies = pipe.execute()
+        blocked = replies[-1]
+        at = 0
+        for sid, session_reads, is_blocked in zip(missing, reads, blocked, strict=True):
+            state = self.projection.load(replies[at : at + len(session_reads)])
+            at += len(session_reads)
+            self.cache[sid] = Entry(state, bool(is_blocked))
+        while len(self.cache) > self.settings.cache_sessions:
+            self.cache.popitem(last=False)
+
+    def _plan(
+        self, items: Sequence[Record | Poison]
+    ) -> tuple[list[tuple[Any, ...]], list[Record | Poison], dict[int, set[str]]]:
+        commands: list[tuple[Any, ...]] = []
+        queued: list[Record | Poison] = []
+        rebuild: dict[int, set[str]] = defaultdict(set)
+        for item in items:
+            if isinstance(item, Poison):
+                self._dead_letter(item, commands, queued)
+                continue
+            sid = item.session_id
+            if sid in rebuild[item.partition]:
+                continue
+            entry = self.cache[sid]
+            applied = self.projection.applied(entry.state)
+            if entry.blocked:
+                self._count("blocked")
+            elif item.seq <= applied:
+                self._count("duplicate")
+            elif item.seq > applied + 1:
+                rebuild[item.partition].add(sid)
+            else:
+                try:
+                    ops = self.projection.plan(entry.state, item.event)
+                except SessionError as exc:
+                    entry.blocked = True
+                    poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
+                    self._dead_letter(poison, commands, queued, seq=item.seq, record=item)
+                    continue
+                keys = self.projection.all_keys(sid)
+                commands.append(("EVALSHA", APPLY.sha, len(keys), *keys, item.seq, *ops))
+                queued.append(item)
+        return commands, queued, {p: s for p, s in rebuild.items() if s}
+
+    def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        if not commands:
+            return []
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            for command in commands:
+                _queue(pipe, command)
+            results: list[Any] = pipe.execute(raise_on_error=False)
+            if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
+                load_all(self.redis)  # Redis restarted: nothing of this batch ran; send it again
+                continue
+            return results
+        raise AssertionError("unreachable")
+
+    def _settle(
+        self,
+        queued: list[Record | Poison],
+        results: list[Any],
+        rebuild: dict[int, set[str]],
+    ) -> None:
+        for item, result in zip(queued, results, strict=True):
+            if isinstance(item, Poison):
+                continue
+            sid = item.session_id
+            if isinstance(result, Exception):
+                log.warning("projector %s: session %s seq %d: %s", self.name, sid, item.seq, result)
+                status = GAP
+            else:
+                status = int(result[0])
+            if status == APPLIED:
+                self._count("applied")
+            elif status == DUPLICATE:
+                # Another process got there first: our cached state is not Redis's any more.
+                self._count("duplicate")
+                self.cache.pop(sid, None)
+            elif status == BLOCKED:
+                self._count("blocked")
+                if sid in self.cache:
+                    self.cache[sid].blocked = True
+            else:
+                self._count("gap")
+                self.cache.pop(sid, None)
+                rebuild.setdefault(item.partition, set()).add(sid)
+
+    def _count(self, result: str, n: int = 1) -> None:
+        self.stats[result] += n
+        metrics.EVENTS.labels(self.name, result).inc(n)
+
+    def _dead_letter(
+        self,
+        poison: Poison,
+        commands: list[tuple[Any, ...]],
+        queued: list[Record | Poison],
+        seq: int = -1,
+        record: Record | None = None,
+    ) -> None:
+        error = poison.error
+        source = f"{self.topic}[{poison.partition}]@{poison.offset}"
+        value = poison.value
+        if value is None and record is not None:
+            value = encode(record.session_id, record.event.to_json())
+        self.dlq.send(poison.key, value, error, source)
+        self._count("poison")
+        metrics.DLQ.labels(self.name, error.code).inc()
+        log.warning("projector %s: %s → DLQ: [%s] %s", self.name, source, error.code, error.message)
+        if poison.session_id is None:
+            return
+        sid = poison.session_id
+        reason = {
+            "code": error.code,
+            "error": type(error).__name__,
+            "message": error.message,
+            "seq": seq,
+            "source": source,
+        }
+        meta = self.keys.meta(self.name, sid)
+        commands.append(("EVALSHA", BLOCK.sha, 1, meta, seq, dumps(reason)))
+        commands.append(("SADD", self.keys.blocked(self.name), sid))
+        queued += [poison, poison]
+        entry = self.cache.get(sid)
+        if entry is not None:
+            entry.blocked = True
+
+    # --- rebuilding sessions from the topic --------------------------------------------------
+
+    def rebuild(self, sessions: dict[int, set[str]], cause: str) -> None:
+        """Replace each session's keys with a projection of its whole log, atomically."""
+        for partition, sids in sessions.items():
+            logs = read_sessions(self.kafka, self.topic, partition, sids)
+            for sid, items in logs.items():
+                self._rebuild_one(sid, items)
+                metrics.REBUILDS.labels(self.name, cause).inc()
+                self.stats["rebuilt"] += 1
+
+    def _rebuild_one(self, sid: str, items: Sequence[Record | Poison]) -> None:
+        state = self.projection.fresh()
+        keys = self.projection.all_keys(sid)
+        commands: list[tuple[Any, ...]] = [
+            ("DEL", *keys),
+            ("SREM", self.keys.blocked(self.name), sid),
+        ]
+        queued: list[Record | Poison] = []
+        blocked = False
+        for item in items:
+            if isinstance(item, Poison):
+                self._dead_letter(item, commands, queued)
+                blocked = True
+                break
+            applied = self.projection.applied(state)
+            if item.seq <= applied:
+                continue  # a duplicate in the log itself; never applied twice
+            try:
+                if item.seq > applied + 1:
+                    raise PoisonRecordError(
+                        f"session {sid}: the log jumps from seq {applied} to {item.seq}"
+                    )
+                ops = self.projection.plan(state, item.event)
+            except SessionError as exc:
+                poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
+                self._dead_letter(poison, commands, queued, seq=item.seq, record=item)
+                blocked = True
+                break
+            commands.append(("EVALSHA", APPLY.sha, len(keys), *keys, item.seq, *ops))
+        pipe = self.redis.pipeline(transaction=True)
+        for command in commands:
+            _queue(pipe, command)
+        pipe.execute()
+        self.cache[sid] = Entry(state, blocked)
+
+
+def _queue(pipe: Any, command: tuple[Any, ...]) -> None:
+    pipe.execute_command(*command)

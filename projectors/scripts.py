@@ -1,0 +1,38 @@
+"""The Lua scripts, loaded once per Redis and called by SHA; a Redis that lost them (restart,
+SCRIPT FLUSH) gets them again and the batch is re-sent, which is safe because applying is
+idempotent."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    source: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+    def load(self, client: redis.Redis) -> None:
+        client.script_load(self.source)
+
+
+def _read(name: str) -> Script:
+    return Script(name, (Path(__file__).parent / "lua" / name).read_text(encoding="utf-8"))
+
+
+APPLY = _read("apply.lua")
+BLOCK = _read("block.lua")
+ALL = (APPLY, BLOCK)
+
+
+def load_all(client: redis.Redis) -> None:
+    for script in ALL:
+        script.load(client)

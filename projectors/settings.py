@@ -1,0 +1,30 @@
+"""Settings of a projector process (``DSH_PROJECTOR_*``); Kafka and Redis have their own."""
+
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from deploy.config import StrictSettings
+
+
+class ProjectorSettings(StrictSettings):
+    model_config = SettingsConfigDict(env_prefix="DSH_PROJECTOR_", extra="forbid", frozen=True)
+
+    # One consumer group per projection; the projection name is appended.
+    group_prefix: str = "dsh-projector"
+    # Every Redis key starts with this, then the hash-tagged session id.
+    key_prefix: str = "dsh"
+    batch_size: int = 500
+    poll_timeout_s: float = 0.2
+    # How often the process checks that Redis still holds its sentinel (FLUSHALL detection).
+    sentinel_interval_s: float = 1.0
+    # Message-projection interpreters, "event/type=package.module:function,…". A type missing
+    # here blocks every session that uses it, as the core would refuse to read it.
+    projections: str = ""
+    # 0 disables the Prometheus endpoint.
+    metrics_port: int = 0
+    # Sessions kept in memory between batches (their state is reloaded from Redis on a miss).
+    cache_sessions: int = 10_000
+
+    def group_id(self, projection: str) -> str:
+        return f"{self.group_prefix}-{projection}"

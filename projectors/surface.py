@@ -1,0 +1,86 @@
+"""The surface projection: the model's view — current nodes, each node's current message
+(message projections applied through the same interpreters the core uses), generations.
+
+Keys of session ``S``: ``<prefix>:{S}:surface:meta`` (applied, nodes, rg, cg, blocked) and
+``<prefix>:{S}:surface:messages`` (node seq → ``{"type", "message", "data"?}``, current nodes
+only; ``data`` is kept for tool results, which a rewrite is checked against).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dsh.event import Event
+from dsh.json_snapshot import freeze
+from dsh.projections import Interpreter
+from projectors.keys import Keys
+from projectors.projection import META, Op, Projection, as_int, dumps
+from projectors.surface_model import Node, SurfaceState, step
+
+MESSAGES = 2
+
+
+def node_record(node: Node) -> dict[str, Any]:
+    record = {"type": node.type, "message": node.message}
+    if node.data is not None:
+        record["data"] = node.data
+    return record
+
+
+class SurfaceProjection(Projection[SurfaceState]):
+    name = "surface"
+
+    def __init__(self, keys: Keys, interpreters: Mapping[str, Interpreter] | None = None) -> None:
+        super().__init__(keys)
+        self.interpreters = dict(interpreters or {})
+
+    def data_keys(self, session_id: str) -> list[str]:
+        return [self.keys.session(session_id, "surface", "messages")]
+
+    def fresh(self) -> SurfaceState:
+        return SurfaceState()
+
+    def load_reads(self, session_id: str) -> list[tuple[Any, ...]]:
+        meta, messages = self.all_keys(session_id)
+        return [("HGETALL", meta), ("HGETALL", messages)]
+
+    def load(self, replies: Sequence[Any]) -> SurfaceState:
+        meta, messages = replies
+        info = {}
+        for field, value in messages.items():
+            record = json.loads(value)
+            data = record.get("data")
+            info[int(field)] = Node(
+                record["type"],
+                freeze(record["message"]),
+                None if data is None else freeze(data),
+            )
+        return SurfaceState.restore(
+            as_int(meta.get(b"applied"), -1),
+            json.loads(meta.get(b"nodes", b"[]")),
+            info,
+            as_int(meta.get(b"rg"), 0),
+            as_int(meta.get(b"cg"), 0),
+        )
+
+    def applied(self, state: SurfaceState) -> int:
+        return state.applied
+
+    def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
+        surface = state.surface
+        before = (surface.replace_generation, surface.content_generation)
+        change = step(state, ev, self.interpreters)
+        ops: list[Op] = []
+        for node in change.shadowed:
+            ops += ["D", MESSAGES, node]
+        added = () if change.added is None else (change.added,)
+        for node in (*added, *change.rewritten):
+            ops += ["H", MESSAGES, node, dumps(node_record(state.nodes[node]))]
+        if change.added is not None:
+            ops += ["H", META, "nodes", dumps(surface.nodes)]
+        if before != (surface.replace_generation, surface.content_generation):
+            ops += ["H", META, "rg", surface.replace_generation]
+            ops += ["H", META, "cg", surface.content_generation]
+        return ops

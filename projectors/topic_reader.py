@@ -1,0 +1,80 @@
+"""Read sessions back from the events topic (read_committed), for rebuilds and ``dsh verify``.
+
+A session lives on one partition (``partition_for``); reading it means scanning that partition
+from the start and keeping the records keyed by it. Rebuilds batch every session of a
+partition into one scan.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Collection, Iterator
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from deploy.config import KafkaSettings
+from deploy.topics import partition_for
+from projectors.records import Poison, Record, decode
+
+
+def partition_count(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> int:
+    consumer = Consumer({**kafka.client_config(), "group.id": f"dsh-reader-{uuid.uuid4().hex}"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        return len(metadata.topics[topic].partitions)
+    finally:
+        consumer.close()
+
+
+def scan_partition(
+    kafka: KafkaSettings, topic: str, partition: int, timeout_s: float = 30.0
+) -> Iterator[Record | Poison]:
+    """Every committed record of one partition, up to its end as of now."""
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"dsh-reader-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            first = consumer.poll(0.1)
+            if first is None:
+                if time.monotonic() > deadline:
+                    raise KafkaException(f"no end of {topic}[{partition}] in {timeout_s}s")
+                continue
+            for message in (first, *consumer.consume(1000, 0)):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise KafkaException(error)
+                yield decode(message.key(), message.value(), partition, message.offset() or 0)
+    finally:
+        consumer.close()
+
+
+def read_sessions(
+    kafka: KafkaSettings, topic: str, partition: int, session_ids: Collection[str]
+) -> dict[str, list[Record | Poison]]:
+    wanted = set(session_ids)
+    out: dict[str, list[Record | Poison]] = {sid: [] for sid in wanted}
+    for item in scan_partition(kafka, topic, partition):
+        if item.session_id in wanted:
+            out[item.session_id].append(item)
+    return out
+
+
+def read_session(
+    kafka: KafkaSettings, session_id: str, topic: str | None = None
+) -> list[Record | Poison]:
+    topic = topic or kafka.topic("events")
+    partition = partition_for(session_id, partition_count(kafka, topic))
+    return read_sessions(kafka, topic, partition, [session_id])[session_id]

@@ -1,0 +1,50 @@
+"""The transcript projection: the human timeline as one Redis Stream per session.
+
+Entries are the append-origin surface events (what ``Session.transcript()`` returns) and tool
+progress (tool calls, attempts, turn boundaries), in log order. The entry id of event ``seq``
+is ``<seq>-1``: XADD with an explicit id refuses an id at or below the stream's top, so a
+replayed event can never be added twice, a UI tails the stream with XREAD BLOCK, and
+``XRANGE key 7 7`` finds event 7. Compaction never removes an entry: a compacted turn stays.
+
+Keys of session ``S``: ``<prefix>:{S}:transcript:meta`` (applied, nodes, blocked) and
+``<prefix>:{S}:transcript`` (the stream).
+"""
+
+from __future__ import annotations
+
+from dsh.event import Event
+from dsh.session import is_append_surface_event
+from projectors.projection import NodesProjection, Op, dumps
+from projectors.surface_model import SurfaceState, step
+
+STREAM = 2
+PROGRESS_TYPES = frozenset({"tool/call", "assistant/attempt", "turn/start", "turn/end"})
+
+
+def entry_id(seq: int) -> str:
+    return f"{seq}-1"
+
+
+def kind_of(ev: Event) -> str | None:
+    """``surface`` for an append-origin surface event, ``progress`` for tool progress, else None."""
+    if is_append_surface_event(ev):
+        return "surface"
+    return "progress" if ev.type in PROGRESS_TYPES else None
+
+
+class TranscriptProjection(NodesProjection):
+    """Tracks which nodes are current only to refuse what the core refuses, like the audit."""
+
+    name = "transcript"
+
+    def data_keys(self, session_id: str) -> list[str]:
+        return [self.keys.session(session_id, "transcript")]
+
+    def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
+        change = step(state, ev, {}, full_checks=False)
+        kind = kind_of(ev)
+        ops: list[Op] = []
+        if kind is not None:
+            fields = ("kind", kind, "type", ev.type, "event", dumps(ev.to_json()))
+            ops += ["X", STREAM, entry_id(ev.seq), len(fields) // 2, *fields]
+        return ops + self.node_ops(change, state)

@@ -1,0 +1,148 @@
+"""``dsh verify SESSION``: restore the session from the events topic with the core and compare
+the three projections in Redis with the core's own answers. Returns the differences."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dsh
+from dsh.event import Event, Replace
+from dsh.json_snapshot import thaw
+from dsh.projections import Interpreter
+from dsh.surface import Surface
+from dsh.vocabulary import SURFACE_TYPES
+from projectors.read_api import Reader
+from projectors.records import Poison, Record
+from projectors.transcript import kind_of
+
+
+@dataclass
+class Report:
+    session_id: str
+    events: int = 0
+    blocked_reason: str | None = None  # the log itself holds a poison record
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session_id,
+            "events": self.events,
+            "ok": self.ok,
+            "blockedReason": self.blocked_reason,
+            "differences": self.differences,
+        }
+
+
+def _same(value: Any) -> Any:
+    """Compare as JSON: frozen and plain values, ints and their text, alike."""
+    return json.loads(json.dumps(thaw(value), sort_keys=True))
+
+
+def _diff(report: Report, what: str, got: Any, want: Any) -> None:
+    if _same(got) != _same(want):
+        report.differences.append(
+            f"{what}:\n  redis: {json.dumps(_same(got))[:2000]}\n"
+            f"  core:  {json.dumps(_same(want))[:2000]}"
+        )
+
+
+def verify(
+    session_id: str,
+    items: list[Record | Poison],
+    reader: Reader,
+    interpreters: Mapping[str, Interpreter],
+) -> Report:
+    report = Report(session_id)
+    events: list[Event] = []
+    for item in items:
+        if isinstance(item, Poison):
+            report.blocked_reason = f"[{item.error.code}] {item.error.message}"
+            break
+        events.append(item.event)
+    report.events = len(events)
+    if report.blocked_reason is not None:
+        _expect_blocked(report, reader)
+        return report
+    try:
+        session = dsh.Session.from_restore(session_id, events, projections=interpreters)
+    except dsh.SessionError as exc:
+        report.blocked_reason = f"[{exc.code}] {exc.message}"
+        _expect_blocked(report, reader)
+        return report
+    last = events[-1].seq if events else -1
+    _check_surface(report, reader, session, last)
+    _check_transcript(report, reader, session, events, last)
+    _check_audit(report, reader, events, last)
+    return report
+
+
+def _expect_blocked(report: Report, reader: Reader) -> None:
+    for projection in ("surface", "transcript", "audit"):
+        if reader.blocked(projection, report.session_id) is None:
+            report.differences.append(
+                f"{projection}: the log cannot be applied ({report.blocked_reason}) but the "
+                "session is not marked blocked"
+            )
+
+
+def _check_surface(report: Report, reader: Reader, session: dsh.Session, last: int) -> None:
+    view = reader.surface(report.session_id)
+    _diff(report, "surface applied seq", view.applied, last)
+    _diff(report, "surface blocked", view.blocked, None)
+    _diff(report, "surface nodes", view.nodes, list(session.surface.nodes))
+    _diff(
+        report,
+        "surface generations (replace, content)",
+        [view.replace_generation, view.content_generation],
+        [session.surface.replace_generation, session.surface.content_generation],
+    )
+    if set(view.node_messages) == set(view.nodes):
+        want = session.derive_messages()
+        _diff(report, "surface messages vs derive_messages()", view.messages, want)
+    else:
+        _diff(report, "surface message keys", sorted(view.node_messages), sorted(view.nodes))
+
+
+def _check_transcript(
+    report: Report, reader: Reader, session: dsh.Session, events: list[Event], last: int
+) -> None:
+    _diff(report, "transcript applied seq", reader.transcript_applied(report.session_id), last)
+    entries = reader.transcript(report.session_id)
+    want = [(ev.seq, kind, ev.to_json()) for ev in events if (kind := kind_of(ev)) is not None]
+    _diff(report, "transcript entries", [(e.seq, e.kind, e.event) for e in entries], want)
+    surface_entries = [e.seq for e in entries if e.kind == "surface"]
+    core = [ev.seq for ev in session.transcript()]
+    _diff(report, "transcript vs Session.transcript()", surface_entries, core)
+
+
+def _check_audit(report: Report, reader: Reader, events: list[Event], last: int) -> None:
+    view = reader.audit(report.session_id)
+    _diff(report, "audit applied seq", view.applied, last)
+    _diff(report, "audit event records", sorted(view.events), [ev.seq for ev in events])
+    surface = Surface()
+    shadowed: dict[int, list[int]] = {}
+    cited_by: dict[int, list[int]] = {}
+    for ev in events:
+        op = ev.surface_op
+        if ev.ignorable and ev.type not in SURFACE_TYPES:
+            continue
+        if op == "append":
+            surface.commit_append(ev.seq)
+        elif type(op) is Replace:
+            plan = surface.plan_replace(op, ev.seq)
+            surface.commit_replace(plan, ev.seq)
+            shadowed[ev.seq] = list(plan.shadowed)
+        for source in ev.source_event_seqs or ():  # type: ignore[union-attr]
+            cited_by.setdefault(int(source), []).append(ev.seq)
+    got_shadowed = {s: r["shadowed"] for s, r in view.events.items() if "shadowed" in r}
+    _diff(report, "audit: what each replacement shadowed", got_shadowed, shadowed)
+    _diff(report, "audit: what cited each event", view.cited_by, cited_by)
+    want_shadowed_by = {node: seq for seq, nodes in shadowed.items() for node in nodes}
+    _diff(report, "audit: what shadowed each event", view.shadowed_by, want_shadowed_by)

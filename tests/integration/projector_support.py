@@ -1,0 +1,312 @@
+"""Helpers for the projector tests: a scripted agent session built with the in-process core,
+its events published as the writer would (key = session id, Avro single-object value, murmur2
+partition, in a Kafka transaction), and projectors run in threads or processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from confluent_kafka import Producer
+from pydantic import SecretStr
+
+import dsh
+from deploy.config import KafkaSettings, RedisSettings
+from deploy.topics import PRODUCER_PARTITIONER
+from projectors.records import encode
+
+CLOCK_MS = 1_700_000_000_000
+OFFLOAD = "tests.integration.projector_support:offload_images"
+MODEL = {"kind": "model", "provider": "mock", "model": "m1"}
+
+
+def offload_images(event: Any, ctx: Any) -> Mapping[int, Any]:
+    """``image/offload``: image blocks of the named nodes become a text pointer to the blob."""
+    out = {}
+    for seq in event.data["seqs"]:
+        message = ctx.messages[seq]
+        content = [
+            {"type": "text", "text": f"[image offloaded to {event.data['ref']}]"}
+            if block["type"] == "image"
+            else block
+            for block in message["content"]
+        ]
+        out[seq] = {**message, "content": content}
+    return out
+
+
+def text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+def user(mid: str, *blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"id": mid, "role": "user", "content": list(blocks), "source": {"kind": "user"}}
+
+
+def assistant(
+    turn: int, step: int, mid: str, body: str, calls: Iterable[str] = ()
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [text(body)]
+    content += [{"type": "tool-call", "id": c, "name": "echo", "arguments": "{}"} for c in calls]
+    message = {"id": mid, "role": "assistant", "content": content, "source": MODEL}
+    return {"turn": turn, "step": step, "message": message, "stream": [{"t": 0, "kind": "text"}]}
+
+
+def tool_result(turn: int, step: int, call: str, body: str, error: bool = False) -> dict[str, Any]:
+    block = {"type": "tool-result", "toolCallId": call, "content": [text(body)], "isError": error}
+    message = {
+        "id": f"r-{call}",
+        "role": "user",
+        "content": [block],
+        "source": {"kind": "tool", "callId": call},
+    }
+    data: dict[str, Any] = {"turn": turn, "step": step, "message": message}
+    if error:
+        data["error"] = {"name": "EchoError", "code": "ECHO_FAILED", "reason": "boom"}
+    return data
+
+
+@dataclass
+class Script:
+    session: dsh.Session
+    summary_seq: int  # the compaction summary (a user/message replace)
+    summarized: tuple[int, ...]  # the nodes it replaced
+    failed_result_seq: int  # a failed tool/result, appended
+    rewrite_seq: int  # its rewrite (a tool/result replace)
+    offload_seq: int  # the image/offload projection
+    image_seq: int  # the user message whose image was offloaded
+
+
+def scripted_session(session_id: str, turns: int = 3) -> Script:
+    """Turns with tool calls, a failed tool and its rewrite, an offloaded image, a compaction."""
+    s = dsh.Session.create(session_id, clock=lambda: CLOCK_MS)
+    s.register_message_projection("image/offload", offload_images)
+    s.append("turn/start", {"turn": 1})
+    s.append("step/start", {"turn": 1, "step": 1})
+    s.append(
+        "system/message",
+        {
+            "turn": 1,
+            "step": 1,
+            "message": {
+                "id": "sys",
+                "role": "system",
+                "content": [text("be terse")],
+                "source": {"kind": "plugin", "plugin": "system-prompt"},
+            },
+        },
+        "append",
+    )
+    s.append("user/message", user("u1", text("list files")), "append")
+    s.append("request/header", {"header": {"config": {"temperature": 0}}, "reason": "initial"})
+    s.append("request/context", {"provider": "mock", "model": "m1", "contextWindow": 8000})
+    s.append("assistant/attempt", {"turn": 1, "step": 1, "stream": []})
+    s.append("assistant/message", assistant(1, 1, "a1", "calling", ["c1"]), "append")
+    call = s.append(
+        "tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": "{}"}
+    )
+    failed = s.append(
+        "tool/result", tool_result(1, 1, "c1", "boom", error=True), "append", [call.seq]
+    )
+    rewrite = s.append(
+        "tool/result",
+        tool_result(1, 1, "c1", "boom (trimmed)", error=True),
+        dsh.Replace(failed.seq, failed.seq),
+        [failed.seq],
+    )
+    s.append("step/end", {"turn": 1, "step": 1})
+    s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    s.append("turn/start", {"turn": 2})
+    image = s.append(
+        "user/message",
+        user(
+            "u2",
+            text("what is this?"),
+            {"type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="},
+        ),
+        "append",
+    )
+    s.append("step/start", {"turn": 2, "step": 1})
+    offload = s.append("image/offload", {"seqs": [image.seq], "ref": "blob://img-1"})
+    s.append("assistant/message", assistant(2, 1, "a2", "a cat"), "append")
+    s.append("step/end", {"turn": 2, "step": 1})
+    s.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+    for turn in range(3, turns + 1):
+        s.append("turn/start", {"turn": turn})
+        s.append("user/message", user(f"u{turn}", text(f"question {turn}")), "append")
+        s.append("step/start", {"turn": turn, "step": 1})
+        s.append("assistant/message", assistant(turn, 1, f"a{turn}", f"answer {turn}"), "append")
+        s.append("step/end", {"turn": turn, "step": 1})
+        s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    # Compaction: turn 1 after the system prompt becomes one summary citing what it hides.
+    nodes = s.surface.nodes
+    shadowed = nodes[1:4]
+    s.append("compaction/start", {"reason": "context"})
+    summary = s.append(
+        "user/message",
+        user("summary", text("summary of the conversation so far")),
+        dsh.Replace(shadowed[0], shadowed[-1]),
+        list(shadowed),
+    )
+    s.append("compaction/end", {"summary": summary.seq})
+    return Script(s, summary.seq, tuple(shadowed), failed.seq, rewrite.seq, offload.seq, image.seq)
+
+
+def forked(parent: dsh.Session, child_id: str) -> dsh.Session:
+    """A fork of ``parent`` at its end (a turn boundary), then one turn of its own."""
+    child = parent.fork(child_id)
+    turn = 1 + max(e.data["turn"] for e in child.events() if e.type == "turn/start")
+    child.append("turn/start", {"turn": turn})
+    child.append("user/message", user("fork-q", text("and in the fork?")), "append")
+    child.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    return child
+
+
+def simple_session(session_id: str, turns: int) -> dsh.Session:
+    s = dsh.Session.create(session_id, clock=lambda: CLOCK_MS)
+    for turn in range(1, turns + 1):
+        s.append("turn/start", {"turn": turn})
+        s.append("user/message", user(f"u{turn}", text(f"question {turn}")), "append")
+        s.append("step/start", {"turn": turn, "step": 1})
+        s.append("assistant/message", assistant(turn, 1, f"a{turn}", f"answer {turn}"), "append")
+        s.append("step/end", {"turn": turn, "step": 1})
+        s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    return s
+
+
+def publish(
+    kafka: KafkaSettings,
+    records: Iterable[tuple[str, Mapping[str, Any] | bytes]],
+    per_transaction: int = 500,
+) -> int:
+    """Publish (session id, wire event or raw bytes) as the writer does; returns the count."""
+    producer = Producer(
+        {
+            **kafka.client_config(),
+            **PRODUCER_PARTITIONER,
+            "transactional.id": f"test-{uuid.uuid4().hex}",
+            "retry.backoff.ms": 5,
+            "linger.ms": 5,
+        }
+    )
+    producer.init_transactions(30)
+    topic = kafka.topic("events")
+    count = 0
+    producer.begin_transaction()
+    for session_id, wire in records:
+        value = wire if isinstance(wire, bytes) else encode(session_id, wire)
+        event_type = "garbage" if isinstance(wire, bytes) else str(wire["type"])
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("dsh-type", event_type.encode()),
+            ("dsh-format", b"3"),
+        ]
+        producer.produce(topic, key=session_id.encode(), value=value, headers=headers)
+        count += 1
+        if count % per_transaction == 0:
+            producer.commit_transaction(30)
+            producer.begin_transaction()
+    producer.commit_transaction(30)
+    return count
+
+
+def events_of(*sessions: dsh.Session) -> list[tuple[str, dict[str, Any]]]:
+    return [(s.id, ev.to_json()) for s in sessions for ev in s.events()]
+
+
+def interleave(*sessions: dsh.Session) -> list[tuple[str, dict[str, Any]]]:
+    """Events of many sessions mixed as concurrent writers would produce them."""
+    queues = [[(s.id, ev.to_json()) for ev in s.events()] for s in sessions]
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what or condition}")
+
+
+def applied(client: redis.Redis, projection: str, session_id: str, prefix: str = "dsh") -> int:
+    value = client.hget(f"{prefix}:{{{session_id}}}:{projection}:meta", "applied")
+    return -1 if value is None else int(value)
+
+
+def projector_env(kafka: KafkaSettings, redis_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    env.update(
+        DSH_KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
+        DSH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+        DSH_REDIS_URL=redis_url,
+        DSH_PROJECTOR_GROUP_PREFIX=f"g-{kafka.topic_prefix}",
+        DSH_PROJECTOR_PROJECTIONS=f"image/offload={OFFLOAD}",
+    )
+    env.update(extra)
+    return env
+
+
+def start_projector_process(
+    projection: str, kafka: KafkaSettings, redis_url: str, **extra: str
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dsh.cli", "project", projection],
+        env=projector_env(kafka, redis_url, **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+@contextmanager
+def projectors_running(
+    kafka: KafkaSettings,
+    redis_url: str,
+    names: Iterable[str] = ("surface", "transcript", "audit"),
+    **settings: Any,
+) -> Iterator[dict[str, Any]]:
+    """The projectors in threads of this process (fast); yields name → Runtime."""
+    from projectors.interpreters import parse
+    from projectors.service import build_runtime
+    from projectors.settings import ProjectorSettings
+
+    projector_settings = ProjectorSettings(
+        group_prefix=f"g-{kafka.topic_prefix}",
+        projections=f"image/offload={OFFLOAD}",
+        poll_timeout_s=0.05,
+        sentinel_interval_s=0.3,
+        **settings,
+    )
+    parse(projector_settings.projections)
+    stop = threading.Event()
+    runtimes = {
+        name: build_runtime(
+            name, kafka, RedisSettings(url=SecretStr(redis_url)), projector_settings
+        )
+        for name in names
+    }
+    threads = [
+        threading.Thread(target=rt.run, args=(stop,), name=f"projector-{n}", daemon=True)
+        for n, rt in runtimes.items()
+    ]
+    for t in threads:
+        t.start()
+    try:
+        yield runtimes
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)

@@ -1,0 +1,138 @@
+"""The three read models, built by the projectors from real Kafka into real Redis, agree with
+the core: surface = derive_messages(), transcript keeps compacted turns, audit knows what a
+summary replaced; `dsh verify` passes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import redis
+
+from deploy.config import KafkaSettings
+from projectors.keys import Keys
+from projectors.read_api import Reader
+from projectors.topic_reader import read_session
+from projectors.verify import verify
+from tests.integration.projector_support import (
+    applied,
+    events_of,
+    forked,
+    interleave,
+    offload_images,
+    projector_env,
+    projectors_running,
+    publish,
+    scripted_session,
+    wait_until,
+)
+
+INTERPRETERS = {"image/offload": offload_images}
+
+
+def _all_applied(client: redis.Redis, sessions: dict[str, int]) -> bool:
+    return all(
+        applied(client, projection, sid) == last
+        for sid, last in sessions.items()
+        for projection in ("surface", "transcript", "audit")
+    )
+
+
+def test_scripted_session_read_models_match_the_core(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    script = scripted_session("sess-main")
+    parent = script.session
+    child = forked(parent, "sess-fork")
+    publish(topics, interleave(parent, child))
+    last = {parent.id: len(parent) - 1, child.id: len(child) - 1}
+
+    with projectors_running(topics, servers.redis_url):
+        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+
+    reader = Reader(redis_client, Keys())
+    for session in (parent, child):
+        report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
+        assert report.ok, "\n".join(report.differences)
+        assert json.loads(json.dumps(reader.surface(session.id).messages)) == json.loads(
+            json.dumps(session.derive_messages())
+        )
+
+    # The image was offloaded through the registered interpreter, on the surface only.
+    surface = reader.surface(parent.id)
+    image_message = surface.node_messages[script.image_seq]["message"]
+    assert [b["type"] for b in image_message["content"]] == ["text", "text"]
+    assert surface.content_generation == parent.surface.content_generation
+
+    # The transcript never loses a compacted turn, and keeps the original tool result.
+    transcript = reader.transcript(parent.id)
+    seqs = [e.seq for e in transcript]
+    compacted = {s for s in script.summarized if s != script.rewrite_seq}
+    assert compacted | {script.failed_result_seq} <= set(seqs)
+    assert script.summary_seq not in seqs  # a replacement is not a transcript entry
+    assert script.rewrite_seq not in seqs
+    assert [e.type for e in transcript if e.kind == "progress"][:3] == [
+        "turn/start",
+        "assistant/attempt",
+        "tool/call",
+    ]
+
+    # The audit answers "what did this summary replace" (and the reverse).
+    audit = reader.audit(parent.id)
+    replaced = audit.replaced(script.summary_seq)
+    assert [r["seq"] for r in replaced] == list(script.summarized)
+    assert [r["type"] for r in replaced] == ["user/message", "assistant/message", "tool/result"]
+    assert all(audit.shadowed_by[s] == script.summary_seq for s in script.summarized)
+    assert script.summary_seq in audit.cited_by[script.summarized[0]]
+    assert audit.index["projections"] == [script.offload_seq]
+    assert len(audit.index["requests"]) == 2
+    assert audit.index["errors"]  # the failed tool call
+    child_audit = reader.audit(child.id)
+    assert child_audit.index["lineage"] == [len(parent)]  # the fork's end-seed marker
+    assert child_audit.events[len(parent)]["data"] == {"inherited": True}
+
+    # The CLI says the same, and exits 0.
+    env = projector_env(topics, servers.redis_url)
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh.cli", "verify", parent.id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "dsh.cli", "show", "audit", parent.id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"replaced by {script.summary_seq}" in shown.stdout
+
+
+def test_verify_reports_a_difference_with_a_nonzero_exit(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    session = scripted_session("sess-tampered").session
+    publish(topics, events_of(session))
+    last = {session.id: len(session) - 1}
+    with projectors_running(topics, servers.redis_url):
+        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+    key = f"dsh:{{{session.id}}}:surface:messages"
+    node = session.surface.nodes[-1]
+    record = json.loads(redis_client.hget(key, str(node)) or b"{}")
+    record["message"]["content"] = [{"type": "text", "text": "tampered"}]
+    redis_client.hset(key, str(node), json.dumps(record))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh.cli", "verify", session.id],
+        env=projector_env(topics, servers.redis_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "surface messages vs derive_messages()" in done.stderr
+    assert "tampered" in done.stderr
