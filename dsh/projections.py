@@ -113,7 +113,7 @@ def run_interpreter(
             )
         try:
             frozen = freeze(message, f"message[{seq}]")
-            check_message(frozen, ev.type, None, f"message[{seq}]")
+            check_message(frozen, f"event {ev.seq} ({ev.type})", None, f"message[{seq}]")
         except SessionError as exc:
             raise ProjectionError(
                 f"event {ev.seq} ({ev.type}): interpreter returned an invalid message for seq "

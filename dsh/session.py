@@ -113,7 +113,7 @@ class Session:
         invariants: bool = True,
         clock: Clock | None = None,
     ) -> Session:
-        from dsh.restore import restore
+        from dsh.restore import restore  # restore/fork/repair build on Session: imported late
 
         return restore(cls(session_id, clock=clock, invariants=invariants), events, projections)
 
@@ -202,7 +202,7 @@ class Session:
         op = ev.surface_op
         if t in CORE_TYPES:
             if not ev._vetted:
-                check_data(t, ev.data)
+                check_data(t, ev.data, ev.seq)
                 object.__setattr__(ev, "_vetted", True)
             sources = ev.source_event_seqs
             if sources is not None:
@@ -268,7 +268,9 @@ class Session:
                 code="PROJECTION_ENVELOPE",
             )
         surface = self._surface
-        return run_interpreter(interpreter, ev, surface.nodes, surface._pos, self._current_message)
+        return run_interpreter(
+            interpreter, ev, surface.nodes, surface.positions(), self._current_message
+        )
 
     def _commit(self, ev: Event, plan: _Plan) -> None:
         kind, rplan, decision = plan

@@ -6,6 +6,7 @@ costs O(range + nodes after it), because the later nodes' positions shift.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsh.errors import SurfaceError
@@ -95,6 +96,10 @@ class Surface:
         self._tuple = None
         self.replace_generation += 1
         self.content_generation += 1
+
+    def positions(self) -> Mapping[int, int]:
+        """Node seq -> surface position (live, read-only by convention)."""
+        return self._pos
 
     def live_nodes(self) -> list[int]:
         """The internal node list (not a copy); callers must not mutate it."""

@@ -42,84 +42,85 @@ _SOURCE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _bad(type_: str, what: str, code: str = "INVALID_DATA") -> ValidationError:
-    return ValidationError(f'session event "{type_}": {what}', code=code)
+def _bad(where: str, what: str, code: str = "INVALID_DATA") -> ValidationError:
+    # ``where`` names the event ('event 5 (tool/result)'); the helpers below pass it along.
+    return ValidationError(f"{where}: {what}", code=code)
 
 
-def _obj(v: object, type_: str, path: str) -> Mapping[str, Any]:
+def _obj(v: object, where: str, path: str) -> Mapping[str, Any]:
     if not isinstance(v, dict):
-        raise _bad(type_, f"{path} must be an object")
+        raise _bad(where, f"{path} must be an object")
     return v
 
 
-def _str(d: Mapping[str, Any], key: str, type_: str, path: str) -> str:
+def _str(d: Mapping[str, Any], key: str, where: str, path: str) -> str:
     v = d.get(key)
     if type(v) is not str:
-        raise _bad(type_, f"{path}.{key} must be a string")
+        raise _bad(where, f"{path}.{key} must be a string")
     return v
 
 
-def _pos_int(d: Mapping[str, Any], key: str, type_: str) -> int:
+def _pos_int(d: Mapping[str, Any], key: str, where: str) -> int:
     v = d.get(key)
     if type(v) is not int or v < 1:
-        raise _bad(type_, f"data.{key} must be an int >= 1, got {v!r}")
+        raise _bad(where, f"data.{key} must be an int >= 1, got {v!r}")
     return v
 
 
-def _list(d: Mapping[str, Any], key: str, type_: str, path: str) -> list[Any]:
+def _list(d: Mapping[str, Any], key: str, where: str, path: str) -> list[Any]:
     v = d.get(key)
     if not isinstance(v, list):
-        raise _bad(type_, f"{path}.{key} must be a list")
+        raise _bad(where, f"{path}.{key} must be a list")
     return v
 
 
-def check_block(b: object, type_: str, path: str, depth: int = 0) -> None:
-    b = _obj(b, type_, path)
+def check_block(b: object, where: str, path: str, depth: int = 0) -> None:
+    b = _obj(b, where, path)
     kind = b.get("type")
     if kind == "text" or kind == "reasoning":
-        _str(b, "text", type_, path)
+        _str(b, "text", where, path)
     elif kind == "tool-call":
         for key in ("id", "name", "arguments"):
-            _str(b, key, type_, path)
+            _str(b, key, where, path)
     elif kind == "image":
-        _str(b, "mediaType", type_, path)
-        _str(b, "data", type_, path)
+        _str(b, "mediaType", where, path)
+        _str(b, "data", where, path)
     elif kind == "tool-result":
-        _str(b, "toolCallId", type_, path)
+        _str(b, "toolCallId", where, path)
         if type(b.get("isError")) is not bool:
-            raise _bad(type_, f"{path}.isError must be a bool")
+            raise _bad(where, f"{path}.isError must be a bool")
         if depth > 0:
-            raise _bad(type_, f"{path}: a tool-result block cannot nest another")
-        for i, inner in enumerate(_list(b, "content", type_, path)):
-            check_block(inner, type_, f"{path}.content[{i}]", depth + 1)
+            raise _bad(where, f"{path}: a tool-result block cannot nest another")
+        for i, inner in enumerate(_list(b, "content", where, path)):
+            check_block(inner, where, f"{path}.content[{i}]", depth + 1)
     else:
-        raise _bad(type_, f"{path}.type {kind!r} is not a known content block")
+        raise _bad(where, f"{path}.type {kind!r} is not a known content block")
 
 
 def check_message(
-    m: object, type_: str, role: str | None, path: str = "message"
+    m: object, where: str, role: str | None, path: str = "message"
 ) -> Mapping[str, Any]:
-    m = _obj(m, type_, path)
-    _str(m, "id", type_, path)
-    got = _str(m, "role", type_, path)
+    m = _obj(m, where, path)
+    _str(m, "id", where, path)
+    got = _str(m, "role", where, path)
     if role is not None and got != role:
-        raise _bad(type_, f"{path}.role must be {role!r}, got {got!r}")
+        raise _bad(where, f"{path}.role must be {role!r}, got {got!r}")
     elif got not in ("system", "user", "assistant"):
-        raise _bad(type_, f"{path}.role {got!r} is not a known role")
-    for i, b in enumerate(_list(m, "content", type_, path)):
-        check_block(b, type_, f"{path}.content[{i}]")
-    src = _obj(m.get("source"), type_, f"{path}.source")
+        raise _bad(where, f"{path}.role {got!r} is not a known role")
+    for i, b in enumerate(_list(m, "content", where, path)):
+        check_block(b, where, f"{path}.content[{i}]")
+    src = _obj(m.get("source"), where, f"{path}.source")
     fields = _SOURCE_FIELDS.get(src.get("kind"))  # type: ignore[arg-type]
     if fields is None:
-        raise _bad(type_, f"{path}.source.kind {src.get('kind')!r} is not a known source")
+        raise _bad(where, f"{path}.source.kind {src.get('kind')!r} is not a known source")
     for key in fields:
-        _str(src, key, type_, f"{path}.source")
+        _str(src, key, where, f"{path}.source")
     return m
 
 
-def _turn_step(d: Mapping[str, Any], type_: str) -> None:
-    _pos_int(d, "turn", type_)
-    _pos_int(d, "step", type_)
+def _turn_step(d: Mapping[str, Any], where: str) -> None:
+    _pos_int(d, "turn", where)
+    _pos_int(d, "step", where)
 
 
 def _system(d: Mapping[str, Any], t: str) -> None:
@@ -141,8 +142,17 @@ def _assistant(d: Mapping[str, Any], t: str) -> None:
     _stream(d, t)
     if "usage" in d:
         _obj(d["usage"], t, "data.usage")
-    if "interrupted" in d and d["interrupted"] is not True:
-        raise _bad(t, "data.interrupted must be true or absent")
+    if "interrupted" in d:
+        if d["interrupted"] is not True:
+            raise _bad(t, "data.interrupted must be true or absent")
+        # Tool calls are dispatched after their message is logged, so an interrupted message
+        # can only carry undispatched ones: the contract says it carries none.
+        if any(b["type"] == "tool-call" for b in m["content"]):
+            raise _bad(
+                t,
+                "an interrupted assistant message carries no tool-call blocks",
+                "INTERRUPTED_WITH_TOOL_CALLS",
+            )
 
 
 def _stream(d: Mapping[str, Any], t: str) -> None:
@@ -249,14 +259,15 @@ _CHECKS: dict[str, Callable[[Mapping[str, Any], str], None]] = {
 }
 
 
-def check_data(type_: str, data: object) -> None:
+def check_data(type_: str, data: object, seq: int) -> None:
     """Raise ``ValidationError`` if ``data`` does not fit ``type_``; plugin types pass."""
     check = _CHECKS.get(type_)
     if check is None:
         return
+    where = f"event {seq} ({type_})"
     if not isinstance(data, dict):
-        raise _bad(type_, "data must be an object")
-    check(data, type_)
+        raise _bad(where, "data must be an object")
+    check(data, where)
 
 
 def message_of(type_: str, data: Any) -> Mapping[str, Any]:

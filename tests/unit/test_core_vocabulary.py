@@ -88,6 +88,12 @@ BAD: list[tuple[str, str, Any, str]] = [
         _edit(assistant(), "interrupted", False),
         "INVALID_DATA",
     ),
+    (
+        "interrupted with tool calls",
+        "assistant/message",
+        {**assistant(calls=("c1",)), "interrupted": True},
+        "INTERRUPTED_WITH_TOOL_CALLS",
+    ),
     ("assistant step bool", "assistant/message", _edit(assistant(), "step", True), "INVALID_DATA"),
     (
         "result id mismatch",
@@ -165,6 +171,11 @@ def test_bad_data_is_rejected(name: str, type_: str, data: Any, code: str) -> No
         s.append(type_, data, op)
     assert info.value.code == code, info.value
     assert state(s) == before
+
+
+def test_interrupted_message_with_its_delivered_prefix() -> None:
+    s = new(invariants=False)
+    s.append("assistant/message", {**assistant(body="partial"), "interrupted": True}, "append")
 
 
 def test_extra_fields_are_tolerated() -> None:
