@@ -134,7 +134,7 @@ def check_consistent(s: dsh.Session) -> None:
     assert times == sorted(times)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(operations, max_size=40), st.booleans())
 def test_random_operations_keep_state_and_restore_identically(
     ops: list[tuple[Any, ...]], invariants: bool
@@ -146,6 +146,9 @@ def test_random_operations_keep_state_and_restore_identically(
         if not apply(s, op):
             assert state(s) == before
         check_consistent(s)
+        # the incremental message cache always equals a cold derivation
+        cold = dsh.Session.from_restore("c", s.events(), PROJECTIONS, invariants=False)
+        assert s.derive_messages() == cold.derive_messages()
     incremental = s.derive_messages()
     r = dsh.Session.from_restore("r", s.events(), projections=PROJECTIONS, invariants=invariants)
     assert r.surface.nodes == s.surface.nodes
@@ -157,3 +160,25 @@ def test_random_operations_keep_state_and_restore_identically(
     w = dsh.Session.from_restore("w", wire, projections=PROJECTIONS, invariants=invariants)
     assert w.derive_messages() == incremental and w.surface.nodes == s.surface.nodes
     assert w.events()[: len(s)] == s.events()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(operations, max_size=30), st.data())
+def test_fork_equals_restore_of_the_prefix(ops: list[tuple[Any, ...]], data: st.DataObject) -> None:
+    s = dsh.Session.create("p", clock=lambda: 1, invariants=False)
+    s.register_message_projection("image/offload", offload)
+    for op in ops:
+        apply(s, op)
+    if not len(s):
+        return
+    at = data.draw(st.integers(1, len(s)))
+    try:
+        child = s.fork("child", at=at)
+    except dsh.ForkError as exc:
+        assert exc.code == "OPEN_TURN"
+        return
+    prefix = dsh.Session.from_restore("x", s.events(0, at), PROJECTIONS, invariants=False)
+    assert child.events()[:at] == s.events()[:at]
+    assert child.event(at).data == {"inherited": True}
+    assert child.surface.nodes == prefix.surface.nodes
+    assert child.derive_messages() == prefix.derive_messages()
