@@ -547,9 +547,23 @@ class _Compiler:
                 src.defaulted(fname, self.writer(ftype), bytes(default))
             elif isinstance(rt, str) and rt in ("string", "long", "int", "boolean"):
                 src.required_primitive(fname, rt)
+            elif isinstance(rt, list) and self._tagged(rt) is not None:
+                src.required_tagged(fname, self._tagged(rt), self.writer(rt))  # type: ignore[arg-type]
+            elif isinstance(rt, dict) and rt["type"] == "array":
+                items = self.resolve(rt["items"])
+                tagged = self._tagged(items) if isinstance(items, list) else None
+                src.required_array(fname, tagged, self.writer(items))
             else:
                 src.required(fname, self.writer(ftype))
         return src.build_writer()
+
+    def _tagged(self, branches: list[Any]) -> tuple[str, dict[str, tuple[bytes, Writer]]] | None:
+        """(tag field, tag value → (index bytes, record writer)) of a tagged union, else None."""
+        typed, _ = self._branches(branches)
+        field, by_tag = union_tags([node for _, _, node in typed])
+        if field is None:
+            return None
+        return field, {value: (typed[i][0], typed[i][1]) for value, i in by_tag.items()}
 
     def _is_data_union(self, ftype: Any) -> bool:
         return isinstance(ftype, list) and any(
@@ -836,6 +850,67 @@ class _RecordSource:
             "if x is MISSING:",
             f"    raise no_fit(RECORD, 'missing {fname}')",
             f"{w}(x, buf)",
+            "seen += 1",
+        ]
+
+    def _tagged_lines(
+        self, target: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
+    ) -> list[str]:
+        """Write ``target`` through its tagged branch; on a misfit (rare) the general union
+        writer starts over and ends in the JsonValue branch."""
+        field, table = tagged
+        t, g = self._bind(table), self._bind(general)
+        return [
+            f"if type({target}) is dict:",
+            f"    tag = {target}.get({field!r})",
+            f"    br = {t}.get(tag) if type(tag) is str else None",
+            "else:",
+            "    br = None",
+            "if br is None:",
+            f"    {g}({target}, buf)",
+            "else:",
+            "    mark = len(buf)",
+            "    buf += br[0]",
+            "    try:",
+            f"        br[1]({target}, buf)",
+            "    except NoFit:",
+            "        del buf[mark:]",
+            f"        {g}({target}, buf)",
+        ]
+
+    def required_tagged(
+        self, fname: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
+    ) -> None:
+        self._get(fname)
+        self.w += [
+            "if x is MISSING:",
+            f"    raise no_fit(RECORD, 'missing {fname}')",
+            *self._tagged_lines("x", tagged, general),
+            "seen += 1",
+        ]
+
+    def required_array(
+        self,
+        fname: str,
+        tagged: tuple[str, dict[str, tuple[bytes, Writer]]] | None,
+        item: Writer,
+    ) -> None:
+        self._get(fname)
+        if tagged is not None:
+            write_item = self._tagged_lines("y", tagged, item)
+        else:
+            write_item = [f"{self._bind(item)}(y, buf)"]
+        self.w += [
+            "if x is MISSING:",
+            f"    raise no_fit(RECORD, 'missing {fname}')",
+            "if type(x) is not list and not isinstance(x, (list, tuple)):",
+            f"    raise no_fit(RECORD, '{fname}: expected an array')",
+            "if x:",
+            "    n = len(x)",
+            "    buf += SMALL[n] if n < 4096 else long_bytes(n)",
+            "    for y in x:",
+            *("        " + line for line in write_item),
+            "buf += NULL_BRANCH",  # the 0 that ends the array
             "seen += 1",
         ]
 
