@@ -17,6 +17,13 @@ _NAMES_OPEN_STEP = frozenset(
 )
 
 
+# Types that change the tracked state.
+_TRACKED = frozenset(
+    {"turn/start", "turn/end", "step/start", "step/end", "tool/call", "tool/result"}
+    | {"assistant/message"}
+)
+
+
 def _err(ev: Event, what: str, code: str) -> InvariantError:
     return InvariantError(f"event {ev.seq} ({ev.type}): {what}", code=code)
 
@@ -126,6 +133,8 @@ class TurnState:
 
     def apply(self, ev: Event) -> None:
         t = ev.type
+        if t not in _TRACKED:
+            return
         data: Any = ev.data
         if t == "turn/start":
             self.open_turn = data["turn"]

@@ -159,7 +159,9 @@ class Session:
             ) from exc
         op: SurfaceOp = None
         sources: Any = None
-        if surface_op is not None or source_event_seqs is not None:
+        if surface_op == "append" and source_event_seqs is None:
+            op = "append"  # the common case needs no copying or parsing
+        elif surface_op is not None or source_event_seqs is not None:
             try:
                 if (
                     surface_op is not None

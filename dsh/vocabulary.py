@@ -97,6 +97,40 @@ def check_block(b: object, where: str, path: str, depth: int = 0) -> None:
         raise _bad(where, f"{path}.type {kind!r} is not a known content block")
 
 
+def _blocks_ok(blocks: list[Any], depth: int) -> bool:
+    """The same checks as :func:`check_block`, without building error paths (the hot path)."""
+    for b in blocks:
+        if not isinstance(b, dict):
+            return False
+        kind = b.get("type")
+        if kind == "text" or kind == "reasoning":
+            if b.get("text").__class__ is not str:
+                return False
+        elif kind == "tool-call":
+            if not (
+                b.get("id").__class__ is str
+                and b.get("name").__class__ is str
+                and b.get("arguments").__class__ is str
+            ):
+                return False
+        elif kind == "image":
+            if b.get("mediaType").__class__ is not str or b.get("data").__class__ is not str:
+                return False
+        elif kind == "tool-result":
+            inner = b.get("content")
+            if (
+                depth
+                or b.get("toolCallId").__class__ is not str
+                or b.get("isError").__class__ is not bool
+                or not isinstance(inner, list)
+                or not _blocks_ok(inner, 1)
+            ):
+                return False
+        else:
+            return False
+    return True
+
+
 def check_message(
     m: object, where: str, role: str | None, path: str = "message"
 ) -> Mapping[str, Any]:
@@ -107,8 +141,11 @@ def check_message(
         raise _bad(where, f"{path}.role must be {role!r}, got {got!r}")
     elif got not in ("system", "user", "assistant"):
         raise _bad(where, f"{path}.role {got!r} is not a known role")
-    for i, b in enumerate(_list(m, "content", where, path)):
-        check_block(b, where, f"{path}.content[{i}]")
+    content = _list(m, "content", where, path)
+    if not _blocks_ok(content, 0):
+        for i, b in enumerate(content):  # the slow path, to say exactly what is wrong
+            check_block(b, where, f"{path}.content[{i}]")
+        raise _bad(where, f"{path}.content is not a valid block list")  # pragma: no cover
     src = _obj(m.get("source"), where, f"{path}.source")
     fields = _SOURCE_FIELDS.get(src.get("kind"))  # type: ignore[arg-type]
     if fields is None:
