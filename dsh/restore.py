@@ -11,8 +11,8 @@ import gc
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dsh.errors import ForkError, RestoreError, SessionError
-from dsh.event import Event
+from dsh.errors import ForkError, RestoreError, SessionError, ValidationError
+from dsh.event import Event, check_type
 from dsh.json_snapshot import FrozenDict
 from dsh.projections import Interpreter
 
@@ -52,7 +52,11 @@ def _replay(session: Session, events: Iterable[Event | Mapping[str, Any]]) -> Ev
     last: Event | None = None
     for index, raw in enumerate(events):
         try:
-            ev = raw if type(raw) is Event else Event.from_json(raw)  # type: ignore[arg-type]
+            if type(raw) is Event:
+                ev = raw
+                _check_envelope(ev)  # from_json checks the same for wire dicts
+            else:
+                ev = Event.from_json(raw)  # type: ignore[arg-type]
             if ev.seq != index:
                 raise RestoreError(
                     f"event at index {index} has seq {ev.seq} (expected {index}); a log must be "
@@ -69,6 +73,15 @@ def _replay(session: Session, events: Iterable[Event | Mapping[str, Any]]) -> Ev
             ) from exc
         last = ev
     return last
+
+
+def _check_envelope(ev: Event) -> None:
+    check_type(ev.type, ev.seq)
+    if type(ev.seq) is not int or type(ev.time) is not int or type(ev.ignorable) is not bool:
+        raise ValidationError(
+            f"event {ev.seq!r}: seq and time must be ints and ignorable a bool",
+            code="INVALID_ENVELOPE",
+        )
 
 
 def append_marker(session: Session, data: Mapping[str, Any]) -> Event:

@@ -98,6 +98,20 @@ def test_restore_refuses_bad_logs(name: str, corrupt: Any, index: int, code: str
     assert info.value.index == index and info.value.code == code, info.value
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dsh.Event("turn/start", 0, "noon", {"turn": 1}),  # type: ignore[arg-type]
+        dsh.Event("turn/start", 0, 1, {"turn": 1}, ignorable=1),  # type: ignore[arg-type]
+        dsh.Event("turnstart", 0, 1, {"turn": 1}),
+    ],
+)
+def test_restore_checks_the_envelope_of_event_objects(bad: dsh.Event) -> None:
+    with pytest.raises(dsh.RestoreError) as info:
+        dsh.Session.from_restore("r", [bad])
+    assert info.value.index == 0 and info.value.code in ("INVALID_ENVELOPE", "INVALID_TYPE")
+
+
 def test_restore_error_names_the_index_and_cause() -> None:
     bad = _mutate(wire(closed_turn()), 5, sourceEventSeqs=[9])
     with pytest.raises(dsh.RestoreError, match=r"invalid event at index 5: .*sourceEventSeqs"):
