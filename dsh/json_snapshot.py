@@ -8,8 +8,7 @@ they were checked when they were frozen, and nothing can change them since.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from dsh.errors import ValidationError
@@ -83,10 +82,6 @@ class FrozenList(list[Any]):
 
     def __repr__(self) -> str:
         return f"FrozenList({list.__repr__(self)})"
-
-
-EMPTY_DICT = FrozenDict()
-EMPTY_LIST = FrozenList()
 
 
 class _Bad(Exception):
@@ -188,21 +183,38 @@ def _freeze_other(value: object, depth: int) -> Any:
 
 
 def _too_deep(value: object) -> NoReturn:
-    if _has_cycle(value, set()):
+    if _has_cycle(value):
         raise _Bad("JSON_CYCLE", "a reference cycle")
     raise _Bad("JSON_TOO_DEEP", f"nesting deeper than {MAX_DEPTH} levels")
 
 
-def _has_cycle(value: object, active: set[int]) -> bool:
-    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Mapping | Sequence):
-        return False
-    if id(value) in active:
-        return True
-    active.add(id(value))
-    children = value.values() if isinstance(value, Mapping) else value
-    found = any(_has_cycle(v, active) for v in children)
-    active.discard(id(value))
-    return found
+def _has_cycle(root: object) -> bool:
+    # Iterative: the value may nest far deeper than the recursion limit.
+    def children(v: object) -> Iterator[object]:
+        if isinstance(v, Mapping):
+            return iter(v.values())
+        if isinstance(v, Sequence) and not isinstance(v, str | bytes | bytearray):
+            return iter(v)
+        return iter(())
+
+    on_path = {id(root)}
+    stack = [(root, children(root))]
+    while stack:
+        node, it = stack[-1]
+        child = next(it, _DONE)
+        if child is _DONE:
+            stack.pop()
+            on_path.discard(id(node))
+            continue
+        if isinstance(child, Mapping | Sequence) and not isinstance(child, str | bytes | bytearray):
+            if id(child) in on_path:
+                return True
+            on_path.add(id(child))
+            stack.append((child, children(child)))
+    return False
+
+
+_DONE = object()
 
 
 def thaw(value: object) -> Any:
@@ -212,18 +224,3 @@ def thaw(value: object) -> Any:
     if isinstance(value, list):
         return [thaw(v) for v in value]
     return value
-
-
-def is_frozen(value: object) -> bool:
-    """True when ``value`` is a JSON scalar or a value built by :func:`freeze`."""
-    t = type(value)
-    return (
-        t is FrozenDict
-        or t is FrozenList
-        or t is str
-        or t is int
-        or t is bool
-        or (
-            value is None or (t is float and math.isfinite(value))  # type: ignore[arg-type]
-        )
-    )

@@ -137,5 +137,27 @@ def test_error_names_the_path() -> None:
         freeze({"a": [0, {"b": float("nan")}]})
 
 
+def test_hostile_depth_far_past_the_recursion_limit() -> None:
+    with pytest.raises(dsh.ValidationError) as info:
+        freeze({"a": [_deep(50_000)]})
+    assert info.value.code == "JSON_TOO_DEEP"
+
+
+def test_cycle_below_the_depth_limit_is_named() -> None:
+    deep = _deep(MAX_DEPTH + 10)
+    node = deep
+    while node["n"]:
+        node = node["n"]
+    node["loop"] = deep
+    with pytest.raises(dsh.ValidationError) as info:
+        freeze(deep)
+    assert info.value.code == "JSON_CYCLE"
+
+
+def test_shared_subvalues_are_not_cycles() -> None:
+    shared = [1, 2]
+    assert freeze({"a": shared, "b": shared}) == {"a": [1, 2], "b": [1, 2]}
+
+
 def test_depth_just_under_the_limit_is_fine() -> None:
     assert freeze(_deep(MAX_DEPTH - 2))
