@@ -786,11 +786,22 @@ class _RecordSource:
         }
         self.w: list[str] = []
         self.r: list[str] = []
+        self.locals: list[tuple[str, str]] = []
+        self.flushed = False
 
     def _bind(self, obj: Any) -> str:
         name = f"F{len(self.ns)}"
         self.ns[name] = obj
         return name
+
+    def _get_required(self, fname: str) -> None:
+        self.names.append(fname)
+        self.w += [
+            "try:",
+            f"    x = v[{fname!r}]",
+            "except KeyError:",
+            f"    raise no_fit(RECORD, 'missing {fname}') from None",
+        ]
 
     def _get(self, fname: str) -> None:
         self.names.append(fname)
@@ -798,10 +809,8 @@ class _RecordSource:
 
     # writer pieces
     def required_primitive(self, fname: str, kind: str) -> None:
-        self._get(fname)
+        self._get_required(fname)
         self.w += [
-            "if x is MISSING:",
-            f"    raise no_fit(RECORD, 'missing {fname}')",
             f"if not ({_WRITE_CHECKS[kind]}):",
             f"    raise no_fit(RECORD, {fname!r} + ': expected {kind}, got ' + repr(x))",
             *_WRITE_BODY[kind],
@@ -844,11 +853,9 @@ class _RecordSource:
         ]
 
     def required(self, fname: str, writer: Writer) -> None:
-        self._get(fname)
+        self._get_required(fname)
         w = self._bind(writer)
         self.w += [
-            "if x is MISSING:",
-            f"    raise no_fit(RECORD, 'missing {fname}')",
             f"{w}(x, buf)",
             "seen += 1",
         ]
@@ -881,10 +888,8 @@ class _RecordSource:
     def required_tagged(
         self, fname: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
     ) -> None:
-        self._get(fname)
+        self._get_required(fname)
         self.w += [
-            "if x is MISSING:",
-            f"    raise no_fit(RECORD, 'missing {fname}')",
             *self._tagged_lines("x", tagged, general),
             "seen += 1",
         ]
@@ -895,14 +900,12 @@ class _RecordSource:
         tagged: tuple[str, dict[str, tuple[bytes, Writer]]] | None,
         item: Writer,
     ) -> None:
-        self._get(fname)
+        self._get_required(fname)
         if tagged is not None:
             write_item = self._tagged_lines("y", tagged, item)
         else:
             write_item = [f"{self._bind(item)}(y, buf)"]
         self.w += [
-            "if x is MISSING:",
-            f"    raise no_fit(RECORD, 'missing {fname}')",
             "if type(x) is not list and not isinstance(x, (list, tuple)):",
             f"    raise no_fit(RECORD, '{fname}: expected an array')",
             "if x:",
@@ -915,11 +918,9 @@ class _RecordSource:
         ]
 
     def data_field(self, fname: str, writer: Callable[[Any, Any, bytearray], None]) -> None:
-        self._get(fname)
+        self._get_required(fname)
         w = self._bind(writer)
         self.w += [
-            "if x is MISSING:",
-            f"    raise no_fit(RECORD, 'missing {fname}')",
             f"{w}(v.get('type'), x, buf)",
             "seen += 1",
         ]
@@ -937,10 +938,25 @@ class _RecordSource:
         return self._compile("w_record", "v, buf", body)
 
     # reader pieces
+    # Required fields are read into locals and the dict is built by one literal at the first
+    # optional field (or the end): cheaper than a store per key, and keys keep schema order.
+    def _target(self, fname: str) -> str:
+        if self.flushed:
+            return f"out[{fname!r}]"
+        local = f"v{len(self.locals)}"
+        self.locals.append((fname, local))
+        return local
+
+    def _flush(self) -> None:
+        if not self.flushed:
+            self.r.append("out = {" + ", ".join(f"{f!r}: {v}" for f, v in self.locals) + "}")
+            self.flushed = True
+
     def read_primitive(self, fname: str, kind: str) -> None:
-        self.r += _read_lines(kind, f"out[{fname!r}]")
+        self.r += _read_lines(kind, self._target(fname))
 
     def read_optional_primitive(self, fname: str, kind: str) -> None:
+        self._flush()
         self.r += [
             "b = data[pos]",
             "if b == 0:",
@@ -953,6 +969,7 @@ class _RecordSource:
         ]
 
     def read_optional(self, fname: str, reader: Reader) -> None:
+        self._flush()
         r = self._bind(reader)
         self.r += [
             "b = data[pos]",
@@ -973,13 +990,14 @@ class _RecordSource:
             "    raise bad_index(pos)",
         ]
         if has_null:
+            self._flush()
             self.r += [
                 "x, pos = r(data, pos + 1)",
                 "if x is not ABSENT:",
                 f"    out[{fname!r}] = x",
             ]
         else:
-            self.r.append(f"out[{fname!r}], pos = r(data, pos + 1)")
+            self.r.append(f"{self._target(fname)}, pos = r(data, pos + 1)")
 
     def read_array(
         self,
@@ -1002,10 +1020,11 @@ class _RecordSource:
             ]
         else:
             read_item = [f"    x, pos = {it}(data, pos)"]
+        target = self._target(fname)
         self.r += [
             "n = data[pos]",
             "if n == 0:",
-            f"    out[{fname!r}] = []",
+            f"    {target} = []",
             "    pos += 1",
             "elif n < 0x80 and not n & 1:",
             "    pos += 1",
@@ -1019,17 +1038,18 @@ class _RecordSource:
             f"            x, pos = {it}(data, pos)",
             "            items.append(x)",
             "    pos += 1",
-            f"    out[{fname!r}] = items",
+            f"    {target} = items",
             "else:",
-            f"    out[{fname!r}], pos = {g}(data, pos)",
+            f"    {target}, pos = {g}(data, pos)",
         ]
 
     def read(self, fname: str, reader: Reader) -> None:
         r = self._bind(reader)
-        self.r.append(f"out[{fname!r}], pos = {r}(data, pos)")
+        self.r.append(f"{self._target(fname)}, pos = {r}(data, pos)")
 
     def build_reader(self) -> Reader:
-        body = ["out = {}", *self.r, "return out, pos"]
+        self._flush()
+        body = [*self.r, "return out, pos"]
         return self._compile("r_record", "data, pos", body)
 
     def _compile(self, fn: str, args: str, body: list[str]) -> Callable[..., Any]:
