@@ -68,6 +68,7 @@ class Session:
         "_listeners",
         "_messages",
         "_missing",
+        "_opaque_types",
         "_overrides",
         "_projections",
         "_surface",
@@ -89,6 +90,7 @@ class Session:
         self._overrides: dict[int, Any] = {}  # node seq -> message rewritten by a projection
         self._projections: dict[str, Interpreter] = {}
         self._used_projections: set[str] = set()
+        self._opaque_types: set[str] = set()
         self._missing: tuple[str, ...] = ()
         self._messages = MessageCache()
         self._transcript: list[Event] = []
@@ -290,6 +292,7 @@ class Session:
             self._used_projections.add(ev.type)
             return
         elif kind == _OPAQUE:
+            self._opaque_types.add(ev.type)
             return
         self._turns.apply(ev)
 
@@ -377,6 +380,14 @@ class Session:
     ) -> Callable[[], None]:
         check_type(event_type, len(self._events))
         check_registrable(event_type)
+        if event_type in self._opaque_types:
+            # Its earlier events were logged as opaque; a restore with the interpreter would
+            # interpret them and disagree with this session.
+            raise ProjectionError(
+                f'"{event_type}" already appears in session {self.id!r} as an ignorable unknown '
+                "type; it cannot become a message projection here",
+                code="PROJECTION_TYPE_ALREADY_LOGGED",
+            )
         if not callable(interpreter):
             raise TypeError("interpreter must be callable")
         self._projections[event_type] = interpreter

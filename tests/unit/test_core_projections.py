@@ -117,6 +117,14 @@ def test_core_types_cannot_be_projections() -> None:
     assert info.value.code == "PROJECTION_TYPE_RESERVED"
 
 
+def test_a_type_logged_as_opaque_cannot_become_a_projection() -> None:
+    s = new()
+    s.append("vendor/offload", {}, ignorable=True)
+    with pytest.raises(dsh.ProjectionError) as info:
+        s.register_message_projection("vendor/offload", offload)
+    assert info.value.code == "PROJECTION_TYPE_ALREADY_LOGGED"
+
+
 def test_interpreter_cannot_append() -> None:
     s = with_image()
 
