@@ -71,17 +71,19 @@ class Runtime(Generic[S]):
     # --- the loop ------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        consumer = Consumer(
-            {
-                **self.kafka.client_config(),
-                "group.id": self.settings.group_id(self.name),
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 20,
-            }
-        )
+        config: dict[str, str | int | float | bool] = {
+            **self.kafka.client_config(),
+            "group.id": self.settings.group_id(self.name),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 20,
+            "session.timeout.ms": self.settings.session_timeout_ms,
+        }
+        if self.settings.instance_id:
+            config["group.instance.id"] = f"{self.settings.instance_id}-{self.name}"
+        consumer = Consumer(config)
         self._consumer = consumer
         consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.redis.set(self.keys.sentinel(self.name, self.instance), "1", ex=600)

@@ -21,6 +21,10 @@ class ProjectorSettings(StrictSettings):
     # Message-projection interpreters, "event/type=package.module:function,…". A type missing
     # here blocks every session that uses it, as the core would refuse to read it.
     projections: str = ""
+    # Static group membership (Kafka's group.instance.id, e.g. a pod name): a restarted process
+    # takes its partitions back at once instead of waiting out the dead member's session.
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
     # 0 disables the Prometheus endpoint.
     metrics_port: int = 0
     # Sessions kept in memory between batches (their state is reloaded from Redis on a miss).

@@ -107,7 +107,7 @@ def _plan(
 ) -> SurfaceChange:
     t, op, seq = ev.type, ev.surface_op, ev.seq
     if t in CORE_TYPES:
-        check_data(t, ev.data)
+        check_data(t, ev.data, seq)
         sources = ev.source_event_seqs
         if sources is not None:
             sources = check_sources(t, seq, sources)

@@ -283,13 +283,13 @@ def projectors_running(
     from projectors.service import build_runtime
     from projectors.settings import ProjectorSettings
 
-    projector_settings = ProjectorSettings(
-        group_prefix=f"g-{kafka.topic_prefix}",
-        projections=f"image/offload={OFFLOAD}",
-        poll_timeout_s=0.05,
-        sentinel_interval_s=0.3,
-        **settings,
-    )
+    defaults: dict[str, Any] = {
+        "group_prefix": f"g-{kafka.topic_prefix}",
+        "projections": f"image/offload={OFFLOAD}",
+        "poll_timeout_s": 0.05,
+        "sentinel_interval_s": 0.3,
+    }
+    projector_settings = ProjectorSettings(**(defaults | settings))
     parse(projector_settings.projections)
     stop = threading.Event()
     runtimes = {

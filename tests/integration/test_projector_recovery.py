@@ -1,0 +1,239 @@
+"""Recovery: a poison record blocks only its session; a projector SIGKILLed mid-batch resumes
+without applying anything twice; Redis flushed under running projectors is rebuilt."""
+
+from __future__ import annotations
+
+import signal
+import struct
+import time
+import uuid
+from typing import Any
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from deploy.config import KafkaSettings
+from deploy.topics import partition_for
+from projectors.keys import Keys
+from projectors.read_api import Reader
+from projectors.topic_reader import read_session
+from projectors.verify import verify
+from tests.conftest import TEST_PARTITIONS
+from tests.integration.projector_support import (
+    CLOCK_MS,
+    applied,
+    events_of,
+    interleave,
+    offload_images,
+    projectors_running,
+    publish,
+    scripted_session,
+    simple_session,
+    start_projector_process,
+    text,
+    user,
+    wait_until,
+)
+
+PROJECTIONS = ("surface", "transcript", "audit")
+INTERPRETERS = {"image/offload": offload_images}
+
+
+def _caught_up(client: redis.Redis, last: dict[str, int], projections=PROJECTIONS) -> bool:
+    pipe = client.pipeline(transaction=False)
+    for sid in last:
+        for projection in projections:
+            pipe.hget(f"dsh:{{{sid}}}:{projection}:meta", "applied")
+    values = iter(pipe.execute())
+    return all(int(next(values) or -1) == want for want in last.values() for _ in projections)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def _dead_letters(kafka: KafkaSettings, expected: int) -> list[dict[str, str]]:
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"dlq-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    topic = kafka.topic("dlq")
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(TEST_PARTITIONS)])
+    out: list[dict[str, str]] = []
+    deadline = time.monotonic() + 20
+    while len(out) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is None or message.error():
+            continue
+        headers = {str(k): _text(v) for k, v in list(message.headers() or [])}
+        out.append({"key": (message.key() or b"").decode(), **headers})
+    consumer.close()
+    return out
+
+
+def test_a_poison_record_blocks_its_session_and_no_other(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    good = [simple_session(f"good-{i}", turns=3) for i in range(3)]
+    codec = simple_session("poison-codec", turns=2)
+    fingerprint = simple_session("poison-fingerprint", turns=2)
+    rule = simple_session("poison-rule", turns=2)
+    records: list[tuple[str, Any]] = list(interleave(*good))
+    # Garbage, a record of a schema nobody knows, and an event the core refuses, each after
+    # three good events of its session and followed by more.
+    unknown_schema = b"\xc3\x01" + struct.pack("<Q", 0x1234_5678_9ABC_DEF0) + b"\x02\x04"
+    bad_replace = {
+        "type": "user/message",
+        "seq": 3,
+        "time": CLOCK_MS,
+        "data": user("x", text("rewrite history")),
+        "surfaceOp": {"op": "replace", "startSeq": 0, "endSeq": 2},  # 0 is not a surface node
+        "sourceEventSeqs": [0, 1, 2],
+    }
+    for session, poison in (
+        (codec, b"definitely not avro"),
+        (fingerprint, unknown_schema),
+    ):
+        events = events_of(session)
+        records += [*events[:3], (session.id, poison), *events[3:]]
+    rule_events = events_of(rule)
+    records += [*rule_events[:3], (rule.id, bad_replace)]
+    publish(topics, records)
+
+    last = {s.id: len(s) - 1 for s in good}
+    with projectors_running(topics, servers.redis_url):
+        wait_until(lambda: _caught_up(redis_client, last), what="the good sessions")
+        blocked = {codec.id, fingerprint.id, rule.id}
+        wait_until(
+            lambda: all(
+                redis_client.sismember(f"dsh:blocked:{p}", sid)
+                for p in PROJECTIONS
+                for sid in blocked
+            ),
+            what="the poisoned sessions to be blocked",
+        )
+
+    reader = Reader(redis_client, Keys())
+    for session in good:
+        report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
+        assert report.ok, "\n".join(report.differences)
+    expected_codes = {
+        codec.id: "CODEC_BAD_MARKER",
+        fingerprint.id: "CODEC_UNKNOWN_FINGERPRINT",
+        rule.id: "REPLACE_START_NOT_ON_SURFACE",
+    }
+    for sid, code in expected_codes.items():
+        for projection in PROJECTIONS:
+            reason = reader.blocked(projection, sid)
+            assert reason is not None and reason["code"] == code, (projection, reason)
+            assert applied(redis_client, projection, sid) == 2  # the three good events before
+        report = verify(sid, read_session(topics, sid), reader, INTERPRETERS)
+        assert report.ok and report.blocked_reason, report.differences
+    letters = _dead_letters(topics, expected=9)
+    assert sorted((d["key"], d["dsh-dlq-code"]) for d in letters) == sorted(
+        (sid, code) for sid, code in expected_codes.items() for _ in PROJECTIONS
+    )
+    assert {d["dsh-dlq-projector"] for d in letters} == set(PROJECTIONS)
+
+
+def test_a_missing_interpreter_blocks_the_surface_of_that_session_only(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    needs = scripted_session("needs-offload").session
+    plain = simple_session("plain", turns=2)
+    publish(topics, interleave(needs, plain))
+    with projectors_running(topics, servers.redis_url, projections=""):
+        wait_until(
+            lambda: (
+                _caught_up(
+                    redis_client,
+                    {plain.id: len(plain) - 1, needs.id: len(needs) - 1},
+                    ("transcript", "audit"),
+                )
+                and _caught_up(redis_client, {plain.id: len(plain) - 1}, ("surface",))
+                and bool(redis_client.sismember("dsh:blocked:surface", needs.id))
+            ),
+            what="plain fully projected, needs-offload blocked on its surface",
+        )
+    reason = Reader(redis_client, Keys()).blocked("surface", needs.id)
+    assert reason is not None and reason["code"] == "MISSING_INTERPRETER"
+    assert "image/offload" in reason["message"]
+
+
+def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    sessions = [simple_session(f"kill-{i}", turns=12) for i in range(30)]  # 30 x 72 events
+    publish(topics, interleave(*sessions))
+    last = {s.id: len(s) - 1 for s in sessions}
+    total = sum(n + 1 for n in last.values())
+    settings = {"DSH_PROJECTOR_BATCH_SIZE": "25", "DSH_PROJECTOR_INSTANCE_ID": "kill-test"}
+
+    def progress() -> int:
+        pipe = redis_client.pipeline(transaction=False)
+        for sid in last:
+            for projection in PROJECTIONS:
+                pipe.hget(f"dsh:{{{sid}}}:{projection}:meta", "applied")
+        return sum(int(v) + 1 for v in pipe.execute() if v is not None)
+
+    first = [start_projector_process(p, topics, servers.redis_url, **settings) for p in PROJECTIONS]
+    try:
+        wait_until(lambda: progress() >= total // 2, timeout_s=60, what="half the events")
+    finally:
+        for process in first:
+            process.send_signal(signal.SIGKILL)
+        for process in first:
+            process.wait(10)
+    killed_at = progress()
+    assert killed_at < 3 * total, "the projectors finished before the kill; make the load larger"
+
+    second = [
+        start_projector_process(p, topics, servers.redis_url, **settings) for p in PROJECTIONS
+    ]
+    try:
+        wait_until(lambda: _caught_up(redis_client, last), timeout_s=60, what="the restart")
+    finally:
+        for process in second:
+            process.send_signal(signal.SIGTERM)
+        outputs = [process.communicate(timeout=30)[0].decode() for process in second]
+    assert all(p.returncode == 0 for p in second), outputs
+    print(killed_at, total * 3, *(o.splitlines()[-1] for o in outputs), sep="\n")
+
+    for sid, want in last.items():
+        for projection in PROJECTIONS:
+            applies = redis_client.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
+            assert int(applies or 0) == want + 1, (sid, projection)  # never applied twice
+        assert redis_client.xlen(f"dsh:{{{sid}}}:transcript") == 12 * 2 + 12 * 2
+    reader = Reader(redis_client, Keys())
+    for session in sessions[:5]:
+        report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
+        assert report.ok, "\n".join(report.differences)
+
+
+def test_flushall_under_running_projectors_is_detected_and_rebuilt(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    sessions = [scripted_session(f"flush-{i}").session for i in range(4)]
+    half = {s.id: len(s) // 2 for s in sessions}
+    publish(topics, [(s.id, e.to_json()) for s in sessions for e in s.events()[: half[s.id]]])
+    with projectors_running(topics, servers.redis_url) as runtimes:
+        first_halves = {sid: h - 1 for sid, h in half.items()}
+        wait_until(lambda: _caught_up(redis_client, first_halves), what="the first halves")
+        redis_client.flushall()
+        # The rest of two sessions arrives after the flush: those hit a gap; the other two are
+        # found by the projectors' sentinel check.
+        rest = [(s.id, e.to_json()) for s in sessions[:2] for e in s.events()[half[s.id] :]]
+        publish(topics, rest)
+        last = {**first_halves, **{s.id: len(s) - 1 for s in sessions[:2]}}
+        wait_until(lambda: _caught_up(redis_client, last), what="the rebuild")
+        lost = [rt.stats["redis_lost"] for rt in runtimes.values()]
+    assert all(n >= 1 for n in lost), lost
+
+    reader = Reader(redis_client, Keys())
+    for session in sessions:
+        report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
+        assert report.ok, "\n".join(report.differences)
+    assert partition_for(sessions[0].id, TEST_PARTITIONS) in range(TEST_PARTITIONS)
