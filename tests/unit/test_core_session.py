@@ -13,8 +13,8 @@ from .core_builders import assistant, in_step, new, system, tool_result, user
 
 
 def test_seq_and_time_clamped_to_never_go_back() -> None:
-    times = iter([100, 50, 200, 199.7])
-    s = dsh.Session.create("t", clock=lambda: next(times), invariants=False)
+    times = iter([100, 50, 200, 199.7])  # a float clock is truncated to int ms
+    s = dsh.Session.create("t", clock=lambda: next(times), invariants=False)  # type: ignore[arg-type, return-value]
     evs = [s.append("user/message", user(str(i)), "append") for i in range(4)]
     assert [e.seq for e in evs] == [0, 1, 2, 3]
     assert [e.time for e in evs] == [100, 100, 200, 200]
@@ -86,7 +86,7 @@ def test_rejected_append_notifies_nobody() -> None:
 
 def test_append_from_a_listener_is_reentrant() -> None:
     s = new()
-    errors: list[BaseException] = []
+    errors: list[dsh.ReentrantAppendError] = []
 
     def reenter(ev: dsh.Event) -> None:
         try:

@@ -13,6 +13,10 @@ import dsh
 from .core_builders import assistant, new, state, system, tool_call, tool_result, user
 
 
+def nodes(s: dsh.Session) -> tuple[int, ...]:
+    return s.surface.nodes
+
+
 def base() -> dsh.Session:
     """nodes [0 system, 1 user, 3 user, 4 assistant, 6 tool/result]; 2 and 5 are log-only."""
     s = new(invariants=False)
@@ -23,7 +27,7 @@ def base() -> dsh.Session:
     s.append("assistant/message", assistant(calls=("c1",)), "append")
     s.append("tool/call", tool_call("c1"))
     s.append("tool/result", tool_result("c1"), "append", [5])
-    assert s.surface.nodes == (0, 1, 3, 4, 6)
+    assert nodes(s) == (0, 1, 3, 4, 6)
     return s
 
 
@@ -416,20 +420,20 @@ def test_messages_name_seq_and_missing_nodes() -> None:
 def test_replace_takes_the_range_place_and_shadowed_events_stay_logged() -> None:
     s = base()
     ev = s.append("user/message", U, R(1, 4), [1, 3, 4])
-    assert s.surface.nodes == (0, 7, 6)
+    assert nodes(s) == (0, 7, 6)
     assert len(s) == 8 and s.event(3).data["id"] == "u2"
     with pytest.raises(dsh.SurfaceError, match="start seq 3 not found"):
         s.append("user/message", U, R(3, 3), [3])
     # the replacement is itself a node and can be replaced again
     s.append("user/message", U, R(ev.seq, 6), [7, 6])
-    assert s.surface.nodes == (0, 8)
+    assert nodes(s) == (0, 8)
 
 
 def test_later_system_nodes_have_no_protection() -> None:
     s = base()
     s.append("system/message", SYS2, "append")  # seq 7, a later system node
     s.append("user/message", U, R(6, 7), [6, 7])
-    assert s.surface.nodes == (0, 1, 3, 4, 8)
+    assert nodes(s) == (0, 1, 3, 4, 8)
 
 
 def test_node0_rule_only_applies_when_node0_is_system() -> None:
@@ -437,7 +441,7 @@ def test_node0_rule_only_applies_when_node0_is_system() -> None:
     s.append("user/message", user("a"), "append")
     s.append("user/message", user("b"), "append")
     s.append("user/message", U, R(0, 1), [0, 1])
-    assert s.surface.nodes == (2,)
+    assert nodes(s) == (2,)
 
 
 def test_generations() -> None:
@@ -456,9 +460,9 @@ def test_replace_keeps_positions_consistent_for_later_lookups() -> None:
     for i in range(10):
         s.append("user/message", user(f"m{i}"), "append")
     s.append("user/message", U, R(2, 5), [2, 3, 4, 5])
-    assert s.surface.nodes == (0, 1, 10, 6, 7, 8, 9)
+    assert nodes(s) == (0, 1, 10, 6, 7, 8, 9)
     s.append("user/message", U, R(7, 9), [7, 8, 9])
-    assert s.surface.nodes == (0, 1, 10, 6, 11)
+    assert nodes(s) == (0, 1, 10, 6, 11)
     with pytest.raises(dsh.SurfaceError) as info:
         s.append("user/message", U, R(11, 10), [10, 6, 11])
     assert info.value.code == "REPLACE_REVERSED"
