@@ -4,6 +4,31 @@ Every error the project raises derives from :class:`SessionError` and carries a 
 ``code`` string. Codes are part of the wire contract: the writer sends ``(class name, code,
 message)`` to remote clients, which rebuild the same class with :func:`error_from_wire`.
 Messages name the offending seq and field, like DSH's own.
+
+Codes raised by the core, by class (the module that raises them in brackets):
+
+- ``ValidationError``: ``INVALID_TYPE``, ``INVALID_ENVELOPE``, ``INVALID_IGNORABLE``,
+  ``UNKNOWN_TYPE`` [event, session]; ``JSON_NOT_FINITE``, ``JSON_KEY_NOT_STRING``,
+  ``JSON_UNSUPPORTED_TYPE``, ``JSON_CYCLE``, ``JSON_TOO_DEEP`` [json_snapshot];
+  ``INVALID_DATA``, ``TOOL_RESULT_SHAPE``, ``TOOL_RESULT_CALL_ID_MISMATCH``,
+  ``TOOL_RESULT_ERROR_FLAG``, ``INTERRUPTED_WITH_TOOL_CALLS`` [vocabulary].
+- ``SurfaceError``: ``SURFACE_OP_REQUIRED``, ``SURFACE_OP_FORBIDDEN``, ``INVALID_SURFACE_OP``,
+  ``REPLACE_NOT_EARLIER``, ``REPLACE_START_NOT_ON_SURFACE``, ``REPLACE_END_NOT_ON_SURFACE``,
+  ``REPLACE_REVERSED`` [surface]; ``NODE0_REPLACEMENT_NOT_SYSTEM``, ``NODE0_RANGE_TOO_WIDE``
+  [node_zero]; ``TOOL_REWRITE_NOT_SINGLE``, ``TOOL_REWRITE_TARGET``, ``TOOL_REWRITE_CHANGED``
+  [tool_rewrite].
+- ``ProvenanceError``: ``SOURCES_NOT_ALLOWED``, ``SOURCES_INVALID``, ``SOURCES_EMPTY``,
+  ``SOURCES_NOT_EARLIER``, ``SOURCES_DUPLICATE``, ``REPLACE_SOURCES_MISSING`` [provenance].
+- ``InvariantError``: ``TURN_ALREADY_OPEN``, ``TURN_NUMBER``, ``NO_OPEN_TURN``,
+  ``TURN_MISMATCH``, ``STEP_STILL_OPEN``, ``STEP_ALREADY_OPEN``, ``STEP_NUMBER``,
+  ``NO_OPEN_STEP``, ``STEP_MISMATCH``, ``TOOL_CALL_DUPLICATE``, ``TOOL_RESULT_DUPLICATE``,
+  ``TOOL_RESULT_UNMATCHED`` [invariants].
+- ``ProjectionError``: ``PROJECTION_INTERPRETER_MISSING``, ``PROJECTION_FAILED``,
+  ``PROJECTION_INVALID``, ``PROJECTION_NOT_A_NODE``, ``PROJECTION_ENVELOPE``,
+  ``PROJECTION_TYPE_RESERVED``, ``PROJECTION_TYPE_ALREADY_LOGGED`` [projections, session].
+- ``ReentrantAppendError``: ``REENTRANT_APPEND``.
+- ``RestoreError``: the failing event's own code, or ``RESTORE_NOT_CONTIGUOUS`` [restore].
+- ``ForkError``: ``OPEN_TURN``, ``INVALID_BOUNDARY`` [restore].
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import pickle
+import re
+from pathlib import Path
 
 import pytest
 
 import dsh
+import dsh.errors
 from dsh.errors import error_from_wire
 
 from .core_builders import new, user
@@ -49,3 +52,16 @@ def test_every_core_rejection_has_a_specific_code() -> None:
         "INVALID_ENVELOPE",
         "INVALID_BOUNDARY",
     }
+
+
+def test_every_code_raised_by_the_core_is_documented() -> None:
+    core = Path(dsh.__file__).parent
+    raised: set[str] = set()
+    for path in core.glob("*.py"):
+        text = path.read_text()
+        raised |= set(re.findall(r'code="([A-Z0-9_]+)"', text))
+        raised |= set(re.findall(r'_err\([^)]*"([A-Z][A-Z0-9_]+)"', text, re.S))
+        raised |= set(re.findall(r'_bad\([^)]*"([A-Z][A-Z0-9_]+)"\s*,?\s*\)', text, re.S))
+    assert raised >= {"REPLACE_SOURCES_MISSING", "TURN_NUMBER", "TOOL_RESULT_SHAPE"}
+    missing = {c for c in raised if f"``{c}``" not in (dsh.errors.__doc__ or "")}
+    assert not missing, f"document these codes in dsh/errors.py: {sorted(missing)}"
