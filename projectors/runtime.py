@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -346,49 +346,74 @@ class Runtime(Generic[S]):
         self._count("poison")
         metrics.DLQ.labels(self.name, error.code).inc()
         log.warning("projector %s: %s → DLQ: [%s] %s", self.name, source, error.code, error.message)
-        if poison.session_id is None:
-            return
+        if poison.session_id is not None:
+            block = self._block_commands(poison, seq)
+            commands += block
+            queued += [poison] * len(block)
+
+    def _block_commands(self, poison: Poison, seq: int) -> list[tuple[Any, ...]]:
         sid = poison.session_id
+        assert sid is not None
+        error = poison.error
         reason = {
             "code": error.code,
             "error": type(error).__name__,
             "message": error.message,
             "seq": seq,
-            "source": source,
+            "source": f"{self.topic}[{poison.partition}]@{poison.offset}",
         }
-        meta = self.keys.meta(self.name, sid)
-        commands.append(("EVALSHA", BLOCK.sha, 1, meta, seq, dumps(reason)))
-        commands.append(("SADD", self.keys.blocked(self.name), sid))
-        queued += [poison, poison]
         entry = self.cache.get(sid)
         if entry is not None:
             entry.blocked = True
+        return [
+            ("EVALSHA", BLOCK.sha, 1, self.keys.meta(self.name, sid), seq, dumps(reason)),
+            ("SADD", self.keys.blocked(self.name), sid),
+        ]
 
     # --- rebuilding sessions from the topic --------------------------------------------------
 
     def rebuild(self, sessions: dict[int, set[str]], cause: str) -> None:
         """Replace each session's keys with a projection of its whole log, atomically."""
         for partition, sids in sessions.items():
-            logs = read_sessions(self.kafka, self.topic, partition, sids)
-            for sid, items in logs.items():
-                self._rebuild_one(sid, items)
-                metrics.REBUILDS.labels(self.name, cause).inc()
-                self.stats["rebuilt"] += 1
+            self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
 
-    def _rebuild_one(self, sid: str, items: Sequence[Record | Poison]) -> None:
+    def rebuild_logs(
+        self, logs: Mapping[str, Sequence[Record | Poison]], cause: str, chunk: int = 20_000
+    ) -> int:
+        """Project each session's whole log into its keys, one MULTI per session so a reader
+        sees the old projection or the new one, never a mix; many sessions per round trip.
+        Poison records block the session but are not dead-lettered again: the consumer loop
+        sends every poison record it reads. Returns the number of events applied."""
+        pipe = self.redis.pipeline(transaction=False)
+        size = applied = 0
+        for sid, items in logs.items():
+            commands, state, blocked = self._rebuild_commands(sid, items)
+            for command in (("MULTI",), *commands, ("EXEC",)):
+                _queue(pipe, command)
+            size += len(commands) + 2
+            applied += self.projection.applied(state) + 1
+            self.cache[sid] = Entry(state, blocked)
+            metrics.REBUILDS.labels(self.name, cause).inc()
+            self.stats["rebuilt"] += 1
+            if size >= chunk:
+                _execute_checked(pipe)
+                size = 0
+        if size:
+            _execute_checked(pipe)
+        return applied
+
+    def _rebuild_commands(
+        self, sid: str, items: Sequence[Record | Poison]
+    ) -> tuple[list[tuple[Any, ...]], S, bool]:
         state = self.projection.fresh()
         keys = self.projection.all_keys(sid)
         commands: list[tuple[Any, ...]] = [
             ("DEL", *keys),
             ("SREM", self.keys.blocked(self.name), sid),
         ]
-        queued: list[Record | Poison] = []
-        blocked = False
         for item in items:
             if isinstance(item, Poison):
-                self._dead_letter(item, commands, queued)
-                blocked = True
-                break
+                return commands + self._block_commands(item, -1), state, True
             applied = self.projection.applied(state)
             if item.seq <= applied:
                 continue  # a duplicate in the log itself; never applied twice
@@ -400,15 +425,17 @@ class Runtime(Generic[S]):
                 ops = self.projection.plan(state, item.event)
             except SessionError as exc:
                 poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
-                self._dead_letter(poison, commands, queued, seq=item.seq, record=item)
-                blocked = True
-                break
+                return commands + self._block_commands(poison, item.seq), state, True
             commands.append(("EVALSHA", APPLY.sha, len(keys), *keys, item.seq, *ops))
-        pipe = self.redis.pipeline(transaction=True)
-        for command in commands:
-            _queue(pipe, command)
-        pipe.execute()
-        self.cache[sid] = Entry(state, blocked)
+        return commands, state, False
+
+
+def _execute_checked(pipe: Any) -> None:
+    for result in pipe.execute(raise_on_error=True):
+        if isinstance(result, list):
+            for inner in result:
+                if isinstance(inner, Exception):
+                    raise inner
 
 
 def _queue(pipe: Any, command: tuple[Any, ...]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -17,6 +18,7 @@ from projectors.interpreters import parse
 from projectors.keys import Keys
 from projectors.projection import Projection
 from projectors.read_api import Reader
+from projectors.replay import ReplayResult, progress_bar, replay
 from projectors.runtime import Runtime
 from projectors.settings import ProjectorSettings
 from projectors.surface import SurfaceProjection
@@ -72,3 +74,12 @@ def verify_from_env(session_id: str) -> Report:
     settings = ProjectorSettings()
     items = read_session(KafkaSettings(), session_id)
     return verify(session_id, items, reader_from_env(), parse(settings.projections))
+
+
+def replay_from_env(
+    projections: Sequence[str], session_ids: Sequence[str], show_progress: bool
+) -> ReplayResult:
+    settings = ProjectorSettings()
+    kafka, redis_settings = KafkaSettings(), RedisSettings()
+    runtimes = [build_runtime(name, kafka, redis_settings, settings) for name in projections]
+    return replay(kafka, runtimes, session_ids, progress_bar() if show_progress else None)

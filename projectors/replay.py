@@ -1,0 +1,101 @@
+"""``dsh replay``: rebuild read models from the events topic — some sessions, or all of them.
+
+Each session is rebuilt into its keys inside one MULTI (delete, then every event through the
+same apply script), so a reader sees either the old projection or the new one; a projector
+running meanwhile at worst finds a gap on its next event and rebuilds that session again.
+The whole topic is read one partition at a time, so memory holds one partition's sessions.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from deploy.config import KafkaSettings
+from deploy.topics import partition_for
+from projectors.records import Poison, Record
+from projectors.runtime import Runtime
+from projectors.topic_reader import partition_count, read_sessions, scan_partition
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class ReplayResult:
+    sessions: int
+    records: int
+    applied: int  # events applied, summed over the projections
+    seconds: float
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+
+def _records_in(kafka: KafkaSettings, topic: str, partitions: int) -> int:
+    consumer = Consumer({**kafka.client_config(), "group.id": "dsh-replay-size"})
+    try:
+        total = 0
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += max(high - low, 0)
+        return total
+    finally:
+        consumer.close()
+
+
+def replay(
+    kafka: KafkaSettings,
+    runtimes: Sequence[Runtime[Any]],
+    session_ids: Iterable[str] = (),
+    progress: Progress | None = None,
+) -> ReplayResult:
+    topic = kafka.topic("events")
+    partitions = partition_count(kafka, topic)
+    started = time.perf_counter()
+    wanted = list(session_ids)
+    sessions = records = applied = 0
+    if wanted:
+        by_partition: dict[int, set[str]] = defaultdict(set)
+        for sid in wanted:
+            by_partition[partition_for(sid, partitions)].add(sid)
+        for p, sids in by_partition.items():
+            found = read_sessions(kafka, topic, p, sids)
+            records += sum(len(items) for items in found.values())
+            sessions += len(found)
+            applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
+    else:
+        total = _records_in(kafka, topic, partitions)
+        for p in range(partitions):
+            logs: dict[str, list[Record | Poison]] = defaultdict(list)
+            for item in scan_partition(kafka, topic, p):
+                records += 1
+                if item.session_id is not None:
+                    logs[item.session_id].append(item)
+                if progress is not None and records % 10_000 == 0:
+                    progress(records, total)
+            sessions += len(logs)
+            applied += sum(rt.rebuild_logs(logs, "replay") for rt in runtimes)
+            if progress is not None:
+                progress(records, total)
+    return ReplayResult(sessions, records, applied, time.perf_counter() - started)
+
+
+def progress_bar(stream: Any = sys.stderr, width: int = 40) -> Progress:
+    started = time.perf_counter()
+
+    def show(done: int, total: int) -> None:
+        filled = width if total <= 0 else min(width, width * done // total)
+        rate = done / max(time.perf_counter() - started, 1e-9)
+        stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} records {rate:,.0f}/s"
+        )
+        stream.flush()
+
+    return show
