@@ -723,7 +723,7 @@ _WRITE_CHECKS = {
 }
 _WRITE_BODY = {
     "string": [
-        "b = x.encode('utf-8')",
+        "b = x.encode()",
         "n = len(b)",
         "buf += SMALL[n] if n < 4096 else long_bytes(n)",
         "buf += b",
@@ -780,6 +780,7 @@ class _RecordSource:
             "overrun": _overrun,
             "bad_index": _bad_index,
             "block_count": _read_block_count,
+            "r_null": _r_null,
             "RECORD": record,
             "NULL_BRANCH": _SMALL[0],  # union index 0, null: the key is absent
             "SECOND_BRANCH": _SMALL[1],
@@ -992,9 +993,12 @@ class _RecordSource:
         if has_null:
             self._flush()
             self.r += [
-                "x, pos = r(data, pos + 1)",
-                "if x is not ABSENT:",
-                f"    out[{fname!r}] = x",
+                "if r is not r_null:",
+                "    x, pos = r(data, pos + 1)",
+                "    if x is not ABSENT:",
+                f"        out[{fname!r}] = x",
+                "else:",
+                "    pos += 1",
             ]
         else:
             self.r.append(f"{self._target(fname)}, pos = r(data, pos + 1)")
@@ -1058,8 +1062,14 @@ class _RecordSource:
         return self.ns[fn]  # type: ignore[no-any-return]
 
 
-def compile_binary(schema: dict[str, Any]) -> tuple[Callable[[Any], bytes], Reader]:
-    """``encode(wire JSON) -> body bytes`` and ``read(data, pos) -> (wire JSON, end)``."""
+def compile_binary(
+    schema: dict[str, Any], prefix: bytes = b""
+) -> tuple[Callable[[Any], bytes], Reader]:
+    """``encode(wire JSON) -> prefix + body bytes`` and ``read(data, pos) -> (wire JSON, end)``.
+
+    The prefix (the single-object header) is written into the same buffer as the body, which
+    saves a copy of every record.
+    """
     c = _Compiler()
     c.register(schema)
     w = c.writer(schema)
@@ -1067,7 +1077,7 @@ def compile_binary(schema: dict[str, Any]) -> tuple[Callable[[Any], bytes], Read
     name = schema["name"]
 
     def encode(v: Any) -> bytes:
-        buf = bytearray()
+        buf = bytearray(prefix)
         try:
             w(v, buf)
         except NoFit as e:

@@ -34,7 +34,7 @@ HEADER_SIZE = 10
 @dataclass(frozen=True, eq=False)
 class _Writer:
     schema: MessageSchema
-    encode_body: Callable[[Any], bytes]
+    encode: Callable[[Any], bytes]  # wire JSON → header + body
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +55,7 @@ class Codec:
         w = self._writers.get(name)
         if w is None:
             schema = self.store.current(name)
-            w = _Writer(schema, compile_binary(schema.schema)[0])
+            w = _Writer(schema, compile_binary(schema.schema, schema.header)[0])
             self._writers[name] = w
         return w
 
@@ -73,8 +73,8 @@ class Codec:
 
     def encode(self, name: str, value: Mapping[str, Any]) -> bytes:
         """Encode the wire JSON of a ``name`` record with the newest schema for ``name``."""
-        w = self._writer(name)
-        return w.schema.header + w.encode_body(value)
+        w = self._writers.get(name) or self._writer(name)
+        return w.encode(value)
 
     def decode(self, data: bytes, expect: str | None = None) -> tuple[str, dict[str, Any]]:
         """Decode single-object bytes to ``(record name, wire JSON)``.
