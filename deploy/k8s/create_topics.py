@@ -1,8 +1,9 @@
 """Create the contract's Kafka topics (``deploy/topics.py``); the topic job's program.
 
-Run by the ``topics`` Job of ``deploy/k8s`` (mounted from a generated ConfigMap) and by the
-``topics`` service of ``deploy/compose`` (mounted read-only), with the service image, so the
-topic names and configs come from the same ``deploy.topics.TOPICS`` as ``dsh up``. Safe to
+Run as ``python -m deploy.k8s.create_topics`` in the service image (the package ships this
+module) by the ``topics`` Job of ``deploy/k8s`` and the ``topics`` service of
+``deploy/compose``, so the topic names and configs are the image's own
+``deploy.topics.TOPICS``, the same as ``dsh up`` creates. Safe to
 run again: existing topics are kept, and one whose partition count differs is an error
 (commands and events must be partition-aligned).
 
@@ -19,6 +20,7 @@ import sys
 
 from deploy.config import KafkaSettings
 from deploy.topics import TOPICS, ensure_topics
+from dsh.errors import SessionError
 
 
 def set_min_insync_replicas(kafka: KafkaSettings, value: str, timeout_s: float) -> None:
@@ -75,4 +77,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SessionError as exc:
+        # The job's log should say what to fix (e.g. a partition mismatch), not a traceback.
+        print(f"create_topics: error [{exc.code}]: {exc.message}", file=sys.stderr)
+        sys.exit(1)

@@ -10,7 +10,7 @@ kubernetes-validate) run when installed and skip with the install line when not.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import re
 import shutil
@@ -507,21 +507,17 @@ def test_topic_jobs_create_partition_aligned_topics_with_the_right_replication()
     assert env["TOPIC_REPLICATION_FACTOR"] == "3"
     assert env["TOPIC_MIN_INSYNC_REPLICAS"] == "2"
     assert int(env["TOPIC_PARTITIONS"]) >= 2
-    assert container["command"] == ["python", "/opt/dsh/create_topics.py"]
-
-
-def _load_create_topics() -> Any:
-    spec = importlib.util.spec_from_file_location("create_topics", K8S / "create_topics.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    # The module ships in the image (deploy.k8s is part of the package), so the job needs no
+    # mounted script and always matches the image's topic specs.
+    command = ["python", "-m", "deploy.k8s.create_topics"]
+    assert container["command"] == command
+    assert compose_services()["topics"]["entrypoint"] == command
 
 
 def test_create_topics_passes_the_job_environment_to_ensure_topics(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    module = _load_create_topics()
+    module = importlib.import_module("deploy.k8s.create_topics")
     calls: list[tuple[Any, ...]] = []
 
     def ensure_topics(
@@ -612,7 +608,7 @@ def kustomized() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
 
 
-def test_kustomize_builds_namespaced_objects_with_the_generated_script(
+def test_kustomize_builds_namespaced_objects_with_the_image_rewritten(
     kustomized: list[dict[str, Any]],
 ) -> None:
     kinds = sorted({d["kind"] for d in kustomized})
@@ -628,11 +624,6 @@ def test_kustomize_builds_namespaced_objects_with_the_generated_script(
         if doc["kind"] != "Namespace":
             assert doc["metadata"]["namespace"] == "dsh", doc["metadata"]["name"]
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "dsh-pipeline"
-    (script,) = [d for d in kustomized if d["metadata"]["name"].startswith("dsh-create-topics-")]
-    assert script["data"]["create_topics.py"] == (K8S / "create_topics.py").read_text()
-    (job,) = [d for d in kustomized if d["kind"] == "Job"]
-    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["script"]["configMap"]["name"] == script["metadata"]["name"]
     images = {
         c["image"]
         for d in kustomized
@@ -733,3 +724,4 @@ def test_dockerfile_builds_a_non_root_dsh_image_from_every_package() -> None:
     }
     assert {".venv", ".state", ".git"} <= ignored
     assert not ignored & copied, "the image needs what .dockerignore leaves out"
+    assert "deploy/k8s" not in ignored, "the topic job runs deploy.k8s.create_topics"
