@@ -21,7 +21,7 @@ from deploy.config import KafkaSettings
 from deploy.topics import partition_for
 from projectors.records import Poison, Record
 from projectors.runtime import Runtime
-from projectors.topic_reader import partition_count, read_sessions, scan_partition
+from projectors.topic_reader import partition_count, read_sessions, scan_partitions
 
 Progress = Callable[[int, int], None]
 
@@ -38,16 +38,19 @@ class ReplayResult:
         return self.records / self.seconds if self.seconds else 0.0
 
 
-def _records_in(kafka: KafkaSettings, topic: str, partitions: int) -> int:
+def _watermarks(kafka: KafkaSettings, topic: str, partitions: int) -> list[tuple[int, int]]:
     consumer = Consumer({**kafka.client_config(), "group.id": "dsh-replay-size"})
     try:
-        total = 0
-        for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += max(high - low, 0)
-        return total
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            for p in range(partitions)
+        ]
     finally:
         consumer.close()
+
+
+def _records_in(kafka: KafkaSettings, topic: str, partitions: int) -> int:
+    return sum(max(high - low, 0) for low, high in _watermarks(kafka, topic, partitions))
 
 
 def replay(
@@ -72,18 +75,24 @@ def replay(
             applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
     else:
         total = _records_in(kafka, topic, partitions)
-        for p in range(partitions):
-            logs: dict[str, list[Record | Poison]] = defaultdict(list)
-            for item in scan_partition(kafka, topic, p):
-                records += 1
-                if item.session_id is not None:
-                    logs[item.session_id].append(item)
-                if progress is not None and records % 10_000 == 0:
-                    progress(records, total)
-            sessions += len(logs)
-            applied += sum(rt.rebuild_logs(logs, "replay") for rt in runtimes)
-            if progress is not None:
+        # One reader over every partition; a partition's sessions are rebuilt (and freed) as
+        # soon as its end is reached.
+        logs: dict[int, dict[str, list[Record | Poison]]] = defaultdict(lambda: defaultdict(list))
+
+        def partition_done(p: int) -> None:
+            nonlocal sessions, applied
+            done = logs.pop(p, {})
+            sessions += len(done)
+            applied += sum(rt.rebuild_logs(done, "replay") for rt in runtimes)
+
+        for item in scan_partitions(kafka, topic, range(partitions), on_end=partition_done):
+            records += 1
+            if item.session_id is not None:
+                logs[item.partition][item.session_id].append(item)
+            if progress is not None and records % 10_000 == 0:
                 progress(records, total)
+        if progress is not None:
+            progress(records, total)
     return ReplayResult(sessions, records, applied, time.perf_counter() - started)
 
 

@@ -36,6 +36,7 @@ S = TypeVar("S")
 log = logging.getLogger("projectors")
 
 APPLIED, DUPLICATE, GAP, BLOCKED = 1, 0, -1, -2
+_RESULTS = ("applied", "duplicate", "gap", "blocked", "poison")
 
 
 @dataclass
@@ -210,6 +211,7 @@ class Runtime(Generic[S]):
 
     def apply_items(self, items: Sequence[Record | Poison]) -> None:
         started = time.perf_counter()
+        before = Counter(self.stats)
         sessions = {i.session_id for i in items if isinstance(i, Record)}
         try:
             self._load(sessions)
@@ -224,6 +226,10 @@ class Runtime(Generic[S]):
                 self.cache.pop(sid, None)
             raise
         metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+        for result in _RESULTS:
+            n = self.stats[result] - before[result]
+            if n:
+                metrics.EVENTS.labels(self.name, result).inc(n)
 
     def _load(self, sessions: set[str]) -> None:
         missing = [sid for sid in sessions if sid not in self.cache]
@@ -267,6 +273,7 @@ class Runtime(Generic[S]):
             elif item.seq <= applied:
                 self._count("duplicate")
             elif item.seq > applied + 1:
+                self._count("gap")
                 rebuild[item.partition].add(sid)
             else:
                 try:
@@ -326,8 +333,7 @@ class Runtime(Generic[S]):
                 rebuild.setdefault(item.partition, set()).add(sid)
 
     def _count(self, result: str, n: int = 1) -> None:
-        self.stats[result] += n
-        metrics.EVENTS.labels(self.name, result).inc(n)
+        self.stats[result] += n  # published to Prometheus once per batch
 
     def _dead_letter(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -31,6 +31,19 @@ def scan_partition(
     kafka: KafkaSettings, topic: str, partition: int, timeout_s: float = 30.0
 ) -> Iterator[Record | Poison]:
     """Every committed record of one partition, up to its end as of now."""
+    return scan_partitions(kafka, topic, [partition], timeout_s)
+
+
+def scan_partitions(
+    kafka: KafkaSettings,
+    topic: str,
+    partitions: Iterable[int],
+    timeout_s: float = 30.0,
+    on_end: Callable[[int], None] | None = None,
+) -> Iterator[Record | Poison]:
+    """Every committed record of the given partitions up to their ends as of now, through one
+    consumer (setting one up costs more than reading thousands of records). Records of one
+    partition come in order; partitions interleave; ``on_end(p)`` runs when p's end is reached."""
     consumer = Consumer(
         {
             **kafka.client_config(),
@@ -41,22 +54,30 @@ def scan_partition(
             "fetch.wait.max.ms": 10,
         }
     )
+    pending = set(partitions)
     try:
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
         deadline = time.monotonic() + timeout_s
-        while True:
+        while pending:
             first = consumer.poll(0.1)
             if first is None:
                 if time.monotonic() > deadline:
-                    raise KafkaException(f"no end of {topic}[{partition}] in {timeout_s}s")
+                    raise KafkaException(f"no end of {topic}{sorted(pending)} in {timeout_s}s")
                 continue
+            deadline = time.monotonic() + timeout_s
             for message in (first, *consumer.consume(1000, 0)):
                 error = message.error()
+                p = message.partition() or 0
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        return
+                        if p in pending:
+                            pending.discard(p)
+                            if on_end is not None:
+                                on_end(p)
+                        continue
                     raise KafkaException(error)
-                yield decode(message.key(), message.value(), partition, message.offset() or 0)
+                if p in pending:
+                    yield decode(message.key(), message.value(), p, message.offset() or 0)
     finally:
         consumer.close()
 

@@ -23,6 +23,7 @@ import dsh
 from deploy.config import KafkaSettings, RedisSettings
 from deploy.topics import PRODUCER_PARTITIONER
 from projectors.records import encode
+from schemas.records import event_headers
 
 CLOCK_MS = 1_700_000_000_000
 OFFLOAD = "tests.integration.projector_support:offload_images"
@@ -204,11 +205,8 @@ def publish(
     producer.begin_transaction()
     for session_id, wire in records:
         value = wire if isinstance(wire, bytes) else encode(session_id, wire)
-        event_type = "garbage" if isinstance(wire, bytes) else str(wire["type"])
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("dsh-type", event_type.encode()),
-            ("dsh-format", b"3"),
-        ]
+        event_type = "garbage/bytes" if isinstance(wire, bytes) else str(wire["type"])
+        headers = list[tuple[str, str | bytes | None]](event_headers(event_type))
         producer.produce(topic, key=session_id.encode(), value=value, headers=headers)
         count += 1
         if count % per_transaction == 0:

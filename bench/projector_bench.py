@@ -1,0 +1,355 @@
+"""Projector benchmark: events/s applied per projector process next to a raw pipelined Redis
+write of the same keys; replay rate; latency from a committed event to a visible surface.
+
+Runs against a stack you already run (``dsh up``); every run uses its own topic prefix and
+Redis key prefix, and deletes its keys at the end.
+
+    .venv/bin/python bench/projector_bench.py --bootstrap 127.0.0.1:19092 \
+        --redis-url redis://127.0.0.1:16379/0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+from confluent_kafka import Producer
+from pydantic import SecretStr
+
+import dsh
+from deploy.config import KafkaSettings, RedisSettings
+from deploy.topics import PRODUCER_PARTITIONER, ensure_topics
+from projectors.records import decode, encode
+from projectors.replay import replay
+from projectors.runtime import Runtime
+from projectors.service import build_runtime
+from projectors.settings import ProjectorSettings
+
+PROJECTIONS = ("surface", "transcript", "audit")
+MODEL = {"kind": "model", "provider": "mock", "model": "m1"}
+
+
+def session(sid: str, turns: int) -> dsh.Session:
+    """Realistic turns: prompt, step, assistant with a tool call, tool call and result, ends."""
+    s = dsh.Session.create(sid, clock=lambda: 1_700_000_000_000)
+    for t in range(1, turns + 1):
+        call = f"c{t}"
+        s.append("turn/start", {"turn": t})
+        prompt = {"type": "text", "text": f"question {t} " + "x" * 200}
+        s.append(
+            "user/message",
+            {"id": f"u{t}", "role": "user", "content": [prompt], "source": {"kind": "user"}},
+            "append",
+        )
+        s.append("step/start", {"turn": t, "step": 1})
+        content = [
+            {"type": "text", "text": "let me look " + "y" * 200},
+            {"type": "tool-call", "id": call, "name": "grep", "arguments": "{}"},
+        ]
+        s.append(
+            "assistant/message",
+            {
+                "turn": t,
+                "step": 1,
+                "stream": [],
+                "message": {
+                    "id": f"a{t}",
+                    "role": "assistant",
+                    "content": content,
+                    "source": MODEL,
+                },
+            },
+            "append",
+        )
+        tc = s.append(
+            "tool/call", {"turn": t, "step": 1, "callId": call, "name": "grep", "arguments": "{}"}
+        )
+        result = {
+            "type": "tool-result",
+            "toolCallId": call,
+            "isError": False,
+            "content": [{"type": "text", "text": "z" * 300}],
+        }
+        s.append(
+            "tool/result",
+            {
+                "turn": t,
+                "step": 1,
+                "message": {
+                    "id": f"r{t}",
+                    "role": "user",
+                    "content": [result],
+                    "source": {"kind": "tool", "callId": call},
+                },
+            },
+            "append",
+            [tc.seq],
+        )
+        s.append("step/end", {"turn": t, "step": 1})
+        s.append("turn/end", {"turn": t, "reason": {"kind": "completed"}})
+    return s
+
+
+def publish(kafka: KafkaSettings, records: list[tuple[str, bytes]], per_txn: int = 2000) -> None:
+    producer = Producer(
+        {
+            **kafka.client_config(),
+            **PRODUCER_PARTITIONER,
+            "transactional.id": f"bench-{uuid.uuid4().hex}",
+            "linger.ms": 5,
+            "retry.backoff.ms": 5,
+        }
+    )
+    producer.init_transactions(30)
+    topic = kafka.topic("events")
+    for i in range(0, len(records), per_txn):
+        producer.begin_transaction()
+        for sid, value in records[i : i + per_txn]:
+            producer.produce(topic, key=sid.encode(), value=value)
+        producer.commit_transaction(60)
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> None:
+    batch = []
+    for key in client.scan_iter(match=f"{prefix}:*", count=5000):
+        batch.append(key)
+        if len(batch) >= 5000:
+            client.unlink(*batch)
+            batch = []
+    if batch:
+        client.unlink(*batch)
+
+
+def settings_for(run: str, **extra: Any) -> ProjectorSettings:
+    return ProjectorSettings(
+        group_prefix=f"bench-{run}", key_prefix=f"bench-{run}", poll_timeout_s=0.05, **extra
+    )
+
+
+def throughput(kafka: KafkaSettings, redis_settings: RedisSettings, name: str, total: int) -> float:
+    """Events/s one projector applies, from its first applied event to its last."""
+    run = uuid.uuid4().hex[:8]
+    runtime = build_runtime(name, kafka, redis_settings, settings_for(run, batch_size=1000))
+    stop = threading.Event()
+    thread = threading.Thread(target=runtime.run, args=(stop,), daemon=True)
+    thread.start()
+    first = last = 0.0
+    while True:
+        done = runtime.stats["applied"]
+        now = time.perf_counter()
+        if done and not first:
+            first = now
+        if done >= total:
+            last = now
+            break
+        time.sleep(0.002)
+    stop.set()
+    thread.join(30)
+    delete_prefix(runtime.redis, f"bench-{run}")
+    # The first batch's own work happened before `first` was seen: count from its end.
+    return (total - min(runtime.stats["applied"], 1000)) / (last - first)
+
+
+def raw_write(
+    kafka: KafkaSettings,
+    redis_settings: RedisSettings,
+    name: str,
+    values: list[tuple[str, bytes]],
+    batch: int = 1000,
+) -> float:
+    """The same keys and values written with plain pipelined commands: no decoding, no
+    planning, no script — what Redis alone costs for this projection's writes."""
+    run = uuid.uuid4().hex[:8]
+    runtime: Runtime[Any] = build_runtime(name, kafka, redis_settings, settings_for(run))
+    projection = runtime.projection
+    states: dict[str, Any] = {}
+    commands: list[list[tuple[Any, ...]]] = []
+    for offset, (sid, value) in enumerate(values):
+        record = decode(sid.encode(), value, 0, offset)
+        state = states.setdefault(sid, projection.fresh())
+        ops = projection.plan(state, record.event)  # type: ignore[union-attr]
+        keys = projection.all_keys(sid)
+        event_commands: list[tuple[Any, ...]] = []
+        i = 0
+        while i < len(ops):
+            op, key = ops[i], keys[int(ops[i + 1]) - 1]
+            if op == "H":
+                event_commands.append(("HSET", key, ops[i + 2], ops[i + 3]))
+                i += 4
+            elif op == "D":
+                event_commands.append(("HDEL", key, ops[i + 2]))
+                i += 3
+            elif op == "A":
+                event_commands.append(("HSET", key, ops[i + 2], ops[i + 3]))
+                i += 4
+            elif op == "R":
+                event_commands.append(("RPUSH", key, ops[i + 2]))
+                i += 3
+            else:
+                n = int(ops[i + 3])
+                event_commands.append(("XADD", key, ops[i + 2], *ops[i + 4 : i + 4 + 2 * n]))
+                i += 4 + 2 * n
+        event_commands.append(("HSET", keys[0], "applied", record.seq))  # type: ignore[union-attr]
+        commands.append(event_commands)
+    client = runtime.redis
+    started = time.perf_counter()
+    for i in range(0, len(commands), batch):
+        pipe = client.pipeline(transaction=False)
+        for event_commands in commands[i : i + batch]:
+            for command in event_commands:
+                pipe.execute_command(*command)
+        pipe.execute()
+    seconds = time.perf_counter() - started
+    delete_prefix(client, f"bench-{run}")
+    return len(values) / seconds
+
+
+def replay_rate(
+    kafka: KafkaSettings, redis_settings: RedisSettings, names: tuple[str, ...]
+) -> float:
+    run = uuid.uuid4().hex[:8]
+    runtimes = [build_runtime(n, kafka, redis_settings, settings_for(run)) for n in names]
+    result = replay(kafka, runtimes)
+    delete_prefix(runtimes[0].redis, f"bench-{run}")
+    return result.records_per_second
+
+
+def latency(kafka: KafkaSettings, redis_url: str, rate: int, seconds: float) -> list[float]:
+    """Commit of an event → its seq visible as applied on the surface, with a projector
+    process (`dsh project surface`) under `rate` events/s spread over 50 sessions."""
+    run = uuid.uuid4().hex[:8]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    env.update(
+        DSH_KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
+        DSH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+        DSH_REDIS_URL=redis_url,
+        DSH_PROJECTOR_GROUP_PREFIX=f"bench-{run}",
+        DSH_PROJECTOR_KEY_PREFIX=f"bench-{run}",
+        DSH_PROJECTOR_POLL_TIMEOUT_S="0.05",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dsh.cli", "project", "surface"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis.from_url(redis_url)
+    sessions = [session(f"lat-{run}-{i}", 60) for i in range(50)]
+    events = [[encode(s.id, e.to_json()) for e in s.events()] for s in sessions]
+    producer = Producer(
+        {
+            **kafka.client_config(),
+            **PRODUCER_PARTITIONER,
+            "transactional.id": f"bench-lat-{run}",
+            "linger.ms": 0,
+            "retry.backoff.ms": 5,
+        }
+    )
+    producer.init_transactions(30)
+    topic = kafka.topic("events")
+    probe = sessions[0].id
+    probe_key = f"bench-{run}:{{{probe}}}:surface:meta"
+    committed: dict[int, float] = {}
+    visible: dict[int, float] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        last = -1
+        while not stop.is_set():
+            value = client.hget(probe_key, "applied")
+            now = time.perf_counter()
+            seen = -1 if value is None else int(value)
+            for seq in range(last + 1, seen + 1):
+                visible[seq] = now
+            last = max(last, seen)
+            time.sleep(0.0005)
+
+    # Warm up: the projector joins its group and applies a first event of every session.
+    producer.begin_transaction()
+    for s, evs in zip(sessions, events, strict=True):
+        producer.produce(topic, key=s.id.encode(), value=evs[0])
+    producer.commit_transaction(30)
+    deadline = time.monotonic() + 60
+    while client.hget(probe_key, "applied") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    tick = 0.01  # one transaction per 10 ms, like a writer's batch
+    per_tick = max(1, int(rate * tick))
+    cursor = [1] * len(sessions)
+    started = time.perf_counter()
+    n = 0
+    while time.perf_counter() - started < seconds:
+        producer.begin_transaction()
+        probe_seq = None
+        for _ in range(per_tick):
+            i = n % len(sessions)
+            n += 1
+            if cursor[i] < len(events[i]):
+                producer.produce(topic, key=sessions[i].id.encode(), value=events[i][cursor[i]])
+                if i == 0:
+                    probe_seq = cursor[i]
+                cursor[i] += 1
+        producer.commit_transaction(30)
+        if probe_seq is not None:
+            committed[probe_seq] = time.perf_counter()
+        time.sleep(max(0.0, started + (n / rate) - time.perf_counter()))
+    time.sleep(1.0)
+    stop.set()
+    watcher.join(5)
+    process.terminate()
+    process.wait(30)
+    delete_prefix(client, f"bench-{run}")
+    return [visible[s] - t for s, t in committed.items() if s in visible]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", default="127.0.0.1:19092")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:16379/0")
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=25)
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+
+    kafka = KafkaSettings(
+        bootstrap_servers=args.bootstrap, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.dsh.session"
+    )
+    redis_settings = RedisSettings(url=SecretStr(args.redis_url))
+    ensure_topics(kafka, args.partitions)
+    sessions = [session(f"s{i}", args.turns) for i in range(args.sessions)]
+    values = [(s.id, encode(s.id, e.to_json())) for s in sessions for e in s.events()]
+    # Interleave sessions as concurrent writers would.
+    values.sort(key=lambda v: (int(decode(v[0].encode(), v[1], 0, 0).seq), v[0]))  # type: ignore[union-attr]
+    publish(kafka, values)
+    total = len(values)
+    out: dict[str, Any] = {"events": total, "sessions": args.sessions}
+    for name in PROJECTIONS:
+        out[f"{name}_events_per_s"] = round(throughput(kafka, redis_settings, name, total))
+        out[f"{name}_raw_redis_events_per_s"] = round(
+            raw_write(kafka, redis_settings, name, values)
+        )
+    for name in PROJECTIONS:
+        out[f"replay_{name}_records_per_s"] = round(replay_rate(kafka, redis_settings, (name,)))
+    out["replay_all_three_records_per_s"] = round(replay_rate(kafka, redis_settings, PROJECTIONS))
+    lat = latency(kafka, args.redis_url, 1000, args.latency_seconds)
+    if lat:
+        q = statistics.quantiles(lat, n=100)
+        out["latency_samples"] = len(lat)
+        out["latency_p50_ms"] = round(statistics.median(lat) * 1000, 1)
+        out["latency_p99_ms"] = round(q[98] * 1000, 1)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
