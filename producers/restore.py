@@ -25,7 +25,7 @@ import dsh
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
 from producers.state import PartitionState, SessionState, rebuild, requests_from_log
-from schemas import decode_event
+from schemas import WriterSnapshot, decode_event, decode_snapshot
 
 REQUEST_HEADER = "dsh-request-id"
 
@@ -65,14 +65,16 @@ def high_watermark(probe: Consumer, topic: str, partition: int, timeout_s: float
 
 
 def read_partition(
-    consumer: Consumer, topic: str, partition: int, end: int, timeout_s: float
+    consumer: Consumer, topic: str, partition: int, end: int, timeout_s: float, start: int = 0
 ) -> Iterator[Message]:
-    """Every committed record of the partition below offset ``end``, from the beginning."""
-    tp = TopicPartition(topic, partition, OFFSET_BEGINNING)
+    """Every committed record of the partition from offset ``start`` up to ``end``."""
+    if start >= end:
+        return
+    tp = TopicPartition(topic, partition, start if start > 0 else OFFSET_BEGINNING)
     consumer.assign([tp])
     deadline = time.monotonic() + timeout_s
     try:
-        position = 0
+        position = start
         while position < end:
             if time.monotonic() > deadline:
                 raise RestoreTimeoutError(
@@ -102,33 +104,79 @@ def header(message: Message, name: str) -> str | None:
     return None
 
 
+CHECKPOINT_KEY = b"\x00checkpoint"
+
+
+def checkpoint_offset(snapshot: WriterSnapshot) -> int:
+    state = snapshot.state if isinstance(snapshot.state, dict) else {}
+    return int(state.get("eventsOffset", 0))
+
+
 def restore_partition(
-    reader: Consumer, probe: Consumer, events_topic: str, partition: int, timeout_s: float
+    reader: Consumer,
+    probe: Consumer,
+    topics: tuple[str, str],
+    partition: int,
+    timeout_s: float,
+    *,
+    use_snapshots: bool = True,
 ) -> PartitionState:
+    """Sessions of the partition from their latest snapshots plus the events after the last
+    checkpoint. A checkpoint at events offset X promises that every session with an event
+    below X has a snapshot covering those events, so the events topic is read from X only."""
+    events_topic, snapshots_topic = topics
+    snapshots: dict[str, WriterSnapshot] = {}
+    start = 0
+    if use_snapshots:
+        end = high_watermark(probe, snapshots_topic, partition)
+        for message in read_partition(reader, snapshots_topic, partition, end, timeout_s):
+            snapshot = decode_snapshot(message.value() or b"")
+            if message.key() == CHECKPOINT_KEY:
+                start = checkpoint_offset(snapshot)
+            else:
+                snapshots[snapshot.session_id] = snapshot
     end = high_watermark(probe, events_topic, partition)
     logs: dict[str, list[dict[str, Any]]] = {}
     request_ids: dict[str, list[str | None]] = {}
-    state = PartitionState(partition)
-    for message in read_partition(reader, events_topic, partition, end, timeout_s):
+    state = PartitionState(partition, restored_from=start)
+    for message in read_partition(reader, events_topic, partition, end, timeout_s, start):
         try:
             record = decode_event(message.value() or b"")
         except SessionError as exc:
             key = (message.key() or b"").decode(errors="replace")
             state.broken[key] = exc
             continue
+        covered = snapshots.get(record.session_id)
+        if covered is not None and record.event["seq"] <= covered.last_seq:
+            continue  # already in the snapshot
         logs.setdefault(record.session_id, []).append(record.event)
         request_ids.setdefault(record.session_id, []).append(header(message, REQUEST_HEADER))
-    for session_id, events in logs.items():
+    for session_id in snapshots.keys() | logs.keys():
         if session_id in state.broken:
             continue
+        latest = snapshots.get(session_id)
+        head = list(latest.events) if latest is not None else []
+        tail = logs.get(session_id, [])
+        if use_snapshots and tail and tail[0]["seq"] != len(head):
+            # A gap between snapshot and tail breaks the checkpoint's promise: trust only the
+            # events topic, from its beginning.
+            return restore_partition(
+                reader, probe, topics, partition, timeout_s, use_snapshots=False
+            )
         try:
-            session = rebuild(session_id, events)
+            session = rebuild(session_id, head + tail)
         except SessionError as exc:
             state.broken[session_id] = exc
             continue
-        state.sessions[session_id] = SessionState(
-            session, requests_from_log(request_ids[session_id])
+        requests = (
+            {r.request_id: (r.first_seq, r.count) for r in latest.requests}
+            if latest is not None
+            else {}
         )
+        requests.update(requests_from_log(request_ids.get(session_id, []), len(head)))
+        state.sessions[session_id] = SessionState(session, requests, {}, len(tail))
+        if tail:
+            state.dirty.add(session_id)  # the next checkpoint must cover its tail
     return state
 
 

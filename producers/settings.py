@@ -27,9 +27,11 @@ class WriterSettings(StrictSettings):
     transaction_timeout_ms: Annotated[int, Field(ge=1000)] = 30_000
     # A restore waits for transactions a dead owner left open; they end at its timeout.
     restore_timeout_ms: Annotated[int, Field(ge=1000)] = 120_000
-    snapshot_every: Annotated[int, Field(ge=0)] = (
-        100  # events per session between snapshots; 0: never
-    )
+    # Events per session between snapshots (0: never). A snapshot holds the whole session.
+    snapshot_every: Annotated[int, Field(ge=0)] = 1000
+    # Events per partition between checkpoints (0: never): a checkpoint snapshots every
+    # session with uncovered events so a restore reads the events topic from there on.
+    checkpoint_every: Annotated[int, Field(ge=0)] = 20_000
     # Both well under the broker's 1 MB default record limit: a reply carries every event of
     # its command plus seq, time and session id per event.
     max_event_bytes: Annotated[int, Field(ge=1)] = 256 * KIB

@@ -54,6 +54,10 @@ class PartitionState:
     sessions: dict[str, SessionState] = field(default_factory=dict)
     # Sessions whose log does not restore: every command for them gets this error.
     broken: dict[str, SessionError] = field(default_factory=dict)
+    restored_from: int = 0  # events offset the restore read from (the last checkpoint)
+    # Sessions with events no snapshot covers yet; a checkpoint snapshots all of them.
+    dirty: set[str] = field(default_factory=set)
+    events_since_checkpoint: int = 0
 
     def session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)
@@ -97,6 +101,8 @@ class PartitionState:
         state.requests[command.request_id] = (before, len(events))
         state.clients[command.request_id] = command.client_id
         state.events_since_snapshot += len(events)
+        self.dirty.add(command.session_id)
+        self.events_since_checkpoint += len(events)
         return Outcome(events=events, new=True)
 
     def undo(self, command: AppendCommand, outcome: Outcome) -> None:
@@ -132,12 +138,12 @@ def _check_command(command: AppendCommand, size: int, limits: Limits) -> None:
 
 
 def requests_from_log(
-    request_ids: Sequence[str | None],
+    request_ids: Sequence[str | None], first_seq: int = 0
 ) -> dict[str, tuple[int, int]]:
     """Rebuild the request table from the ``dsh-request-id`` header of each event, in seq
-    order: a command's events are consecutive and carry the same id."""
+    order from ``first_seq``: a command's events are consecutive and carry the same id."""
     table: dict[str, tuple[int, int]] = {}
-    for seq, rid in enumerate(request_ids):
+    for seq, rid in enumerate(request_ids, first_seq):
         if rid is None:
             continue
         first, count = table.get(rid, (seq, 0))

@@ -10,6 +10,7 @@ doubt drops the in-memory state and restores it from the log.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -40,9 +41,16 @@ from producers.errors import (
     WriterFencedError,
     WrongPartitionError,
 )
-from producers.restore import REQUEST_HEADER, reader_consumer, restore_partition
+from producers.restore import (
+    CHECKPOINT_KEY,
+    REQUEST_HEADER,
+    high_watermark,
+    reader_consumer,
+    restore_partition,
+)
 from producers.settings import WriterSettings
 from producers.state import Limits, Outcome, PartitionState
+from producers.wire import committed_reply, event_wire
 from schemas import (
     APPEND_REPLY,
     WRITER_SNAPSHOT,
@@ -102,6 +110,8 @@ class Writer:
         self._partition_count = 0
         self._reply_partitions = 0
         self._callback_error: Exception | None = None
+        # murmur2 in Python costs more than the rest of routing a command; ids repeat a lot.
+        self._partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -203,16 +213,22 @@ class Writer:
         for tp in committed:
             started = time.monotonic()
             state = restore_partition(
-                self._reader, self._probe, self.topics.events, tp.partition, timeout
+                self._reader,
+                self._probe,
+                (self.topics.events, self.topics.snapshots),
+                tp.partition,
+                timeout,
             )
             self.partitions[tp.partition] = state
             elapsed = time.monotonic() - started
             metrics.RESTORE_SECONDS.observe(elapsed)
             log.info(
-                "partition %d restored in %.2fs: %d sessions, resuming at command offset %s",
+                "partition %d restored in %.2fs: %d sessions, events read from offset %d, "
+                "resuming at command offset %s",
                 tp.partition,
                 elapsed,
                 len(state.sessions),
+                state.restored_from,
                 tp.offset if tp.offset >= 0 else "beginning",
             )
         metrics.PARTITIONS_OWNED.set(len(self.partitions))
@@ -287,6 +303,8 @@ class Writer:
             if not offsets:
                 producer.abort_transaction(_KAFKA_TIMEOUT_S)
                 return
+            for p in offsets:
+                self._maybe_checkpoint(self.partitions[p])
             started = time.monotonic()
             producer.send_offsets_to_transaction(
                 [TopicPartition(self.topics.commands, p, o) for p, o in offsets.items()],
@@ -365,8 +383,12 @@ class Writer:
         self._maybe_stop(command)
         events = self.topics.events
         sid = command.session_id
+        values: list[bytes] = []
         if outcome.new:
-            values = [encode_event(ev, sid) for ev in outcome.events]
+            values = [
+                encode_event(event_wire(d, ev), sid)
+                for d, ev in zip(command.events, outcome.events, strict=True)
+            ]
             too_big = [
                 (ev, len(v))
                 for ev, v in zip(outcome.events, values, strict=True)
@@ -375,6 +397,7 @@ class Writer:
             if too_big:
                 state.undo(command, outcome)
                 ev, size = too_big[0]
+                values = []
                 outcome = Outcome(
                     error=PayloadTooLargeError(
                         f"request {command.request_id!r}: event {ev.type} would be {size} "
@@ -393,7 +416,7 @@ class Writer:
                         headers=[*event_headers(ev.type), rid],
                     )
                 self._maybe_snapshot(state, sid)
-        self._reply(command, outcome)
+        self._reply(command, outcome, values)
 
     def _decide(
         self, m: Message, command: AppendCommand, state: PartitionState, size: int
@@ -405,7 +428,7 @@ class Writer:
                     f"session id {command.session_id!r}"
                 )
             )
-        home = partition_for(command.session_id, self._partition_count)
+        home = self._partition_of(command.session_id, self._partition_count)
         if home != m.partition():
             return Outcome(
                 error=WrongPartitionError(
@@ -416,40 +439,37 @@ class Writer:
             )
         return state.apply(command, size, self.limits)
 
-    def _reply(self, command: AppendCommand, outcome: Outcome) -> None:
+    def _reply(self, command: AppendCommand, outcome: Outcome, values: list[bytes]) -> None:
         assert self._producer is not None
+        rid, cid, sid = command.request_id, command.client_id, command.session_id
         if outcome.error is not None:
-            reply = AppendReply.rejected(
-                command.request_id, command.client_id, command.session_id, outcome.error
-            )
+            value = encode_reply(AppendReply.rejected(rid, cid, sid, outcome.error))
             metrics.REJECTED.labels(type(outcome.error).__name__, outcome.error.code).inc()
             first = command.events[0].get("type", "?") if command.events else "?"
             metrics.APPENDS.labels(str(first), "rejected").inc()
         else:
-            reply = AppendReply.committed(
-                command.request_id, command.client_id, command.session_id, outcome.events
-            )
+            if not values:  # a retried request, answered from the log: encoded afresh
+                values = [encode_event(ev, sid) for ev in outcome.events]
+            value = committed_reply(rid, cid, sid, values)
             result = "committed" if outcome.new else "duplicate"
             for ev in outcome.events:
                 metrics.APPENDS.labels(ev.type, result).inc()
         self._producer.produce(
             self.topics.replies,
-            value=encode_reply(reply),
-            key=command.client_id.encode(),
-            partition=partition_for(command.client_id, self._reply_partitions),
-            headers=[
-                *record_headers(APPEND_REPLY),
-                (REQUEST_HEADER, command.request_id.encode()),
-            ],
+            value=value,
+            key=cid.encode(),
+            partition=self._partition_of(cid, self._reply_partitions),
+            headers=[*record_headers(APPEND_REPLY), (REQUEST_HEADER, rid.encode())],
         )
 
     def _maybe_snapshot(self, state: PartitionState, session_id: str) -> None:
         every = self.settings.snapshot_every
-        session_state = state.sessions[session_id]
-        if not every or session_state.events_since_snapshot < every:
-            return
+        if every and state.sessions[session_id].events_since_snapshot >= every:
+            self._snapshot(state, session_id)
+
+    def _snapshot(self, state: PartitionState, session_id: str) -> bool:
         assert self._producer is not None
-        session_state.events_since_snapshot = 0
+        session_state = state.sessions[session_id]
         value = encode_snapshot(
             WriterSnapshot(
                 session_id,
@@ -463,7 +483,7 @@ class Writer:
         if len(value) > self.settings.max_snapshot_bytes:
             # Snapshots only speed restores up; the events topic alone restores correctly.
             metrics.SNAPSHOTS.labels("skipped").inc()
-            return
+            return False
         self._producer.produce(
             self.topics.snapshots,
             value=value,
@@ -471,7 +491,35 @@ class Writer:
             partition=state.partition,
             headers=[*record_headers(WRITER_SNAPSHOT)],
         )
+        session_state.events_since_snapshot = 0
+        state.dirty.discard(session_id)
         metrics.SNAPSHOTS.labels("written").inc()
+        return True
+
+    def _maybe_checkpoint(self, state: PartitionState) -> None:
+        """Snapshot every session with uncovered events, then record the events offset below
+        which the snapshots cover everything: a restore reads the events topic from there.
+        Called after the batch's commands, so this transaction's own events are covered."""
+        every = self.settings.checkpoint_every
+        if not every or state.events_since_checkpoint < every:
+            return
+        assert self._producer is not None and self._probe is not None
+        offset = high_watermark(self._probe, self.topics.events, state.partition)
+        covered = [self._snapshot(state, sid) for sid in sorted(state.dirty)]
+        state.events_since_checkpoint = 0
+        if not all(covered):
+            return  # a session too large to snapshot: the promise would not hold
+        value = encode_snapshot(
+            WriterSnapshot(f"checkpoint/{state.partition}", (), state={"eventsOffset": offset})
+        )
+        self._producer.produce(
+            self.topics.snapshots,
+            value=value,
+            key=CHECKPOINT_KEY,
+            partition=state.partition,
+            headers=[*record_headers(WRITER_SNAPSHOT)],
+        )
+        metrics.SNAPSHOTS.labels("checkpoint").inc()
 
     def _dead_letter(self, m: Message, exc: SessionError) -> None:
         assert self._producer is not None

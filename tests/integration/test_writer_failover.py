@@ -8,10 +8,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
 from deploy.config import KafkaSettings
+from deploy.local.processes import free_ports
 from deploy.topics import partition_for
 from producers import AppendTimeoutError, SessionClient
 from tests.integration.writer_support import PARTITIONS, WriterProcess, user, wait_for
@@ -60,8 +62,9 @@ def test_sigkill_one_writer_mid_load_loses_and_duplicates_nothing(
     topics: KafkaSettings, tmp_path: Path
 ) -> None:
     settings = _settings()
+    (metrics_port,) = free_ports(1)
     a = WriterProcess(topics, tmp_path / "a.log", **settings)
-    b = WriterProcess(topics, tmp_path / "b.log", **settings)
+    b = WriterProcess(topics, tmp_path / "b.log", **{**settings, "metrics_port": metrics_port})
     stop = threading.Event()
     acked: dict[str, list[tuple[int, str]]] = {}
     retried = [0]
@@ -107,6 +110,11 @@ def test_sigkill_one_writer_mid_load_loses_and_duplicates_nothing(
         log = b.log()
         assert all(f"partition {p} restored" in log for p in victim_partitions)
         assert retried[0] > 0  # the kill really hit appends in flight
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            exposition = r.read().decode()
+        assert f"dsh_writer_partitions_owned {float(PARTITIONS)}" in exposition
+        assert 'dsh_writer_appends_total{result="committed",type="user/message"}' in exposition
+        assert "dsh_writer_restore_seconds_count" in exposition
     finally:
         stop.set()
         a.close()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client import REGISTRY
 
 import dsh
 from deploy.config import KafkaSettings
@@ -23,8 +24,16 @@ from producers import (
     draft,
 )
 from producers.restore import reader_consumer
+from producers.wire import committed_reply
 from producers.writer import Writer
-from schemas import AppendCommand, decode_reply, encode_command
+from schemas import (
+    AppendCommand,
+    AppendReply,
+    decode_reply,
+    encode_command,
+    encode_event,
+    encode_reply,
+)
 from tests.integration.writer_support import (
     PARTITIONS,
     assistant,
@@ -276,18 +285,74 @@ def test_a_retried_request_id_appends_once(topics: KafkaSettings, client: Sessio
 
 def test_a_retry_after_a_writer_restart_is_answered_from_the_log(topics: KafkaSettings) -> None:
     sid = f"restart-{uuid.uuid4().hex[:8]}"
-    settings = writer_settings()
+    home = partition_for(sid, PARTITIONS)
+    settings = writer_settings(snapshot_every=5, checkpoint_every=4)
+    batch = [
+        draft("turn/start", {"turn": 1}),
+        draft("user/message", user("u1"), surface_op="append"),
+    ]
     with SessionClient(settings=topics, timeout=20) as client:
-        with running_writer(topics, settings):
-            batch = [
-                draft("turn/start", {"turn": 1}),
-                draft("user/message", user("u1"), surface_op="append"),
-            ]
+        with running_writer(topics, settings) as first:
             original = client.append_many(sid, batch, request_id="restart-r1")
-            for i in range(6):  # enough for a snapshot (every 5 events) as well
+            for i in range(6):  # past a snapshot and a checkpoint
                 client.append(sid, "user/message", user(f"m{i}"), surface_op="append")
-        with running_writer(topics, settings):  # same group: restores from the log
+            assert first.partitions[home].restored_from == 0
+        with running_writer(topics, settings) as second:  # same group: restores from the log
+            # From the checkpoint: the snapshot plus the events after it, not the whole topic.
+            assert second.partitions[home].restored_from > 0
             assert client.append_many(sid, batch, request_id="restart-r1") == original
             nxt = client.append(sid, "user/message", user("next"), surface_op="append")
         assert nxt.seq == 8
-        assert len(client.read(sid)) == 9
+        assert [e.seq for e in client.read(sid).events()] == list(range(9))
+    with running_writer(topics, writer_settings(group_id=settings.group_id)) as third:
+        assert third.partitions[home].sessions[sid].session.events() == client_events(topics, sid)
+
+
+def client_events(kafka: KafkaSettings, sid: str) -> tuple[dsh.Event, ...]:
+    with SessionClient(settings=kafka, timeout=20) as client:
+        return client.read(sid).events()
+
+
+def test_the_hand_assembled_reply_is_the_codecs_own_encoding() -> None:
+    events = [
+        dsh.Event("turn/start", 7, 1_700_000_000_000, {"turn": 1}),
+        dsh.Event("user/message", 8, 1_700_000_000_001, user("ü-1", "é" * 300), "append"),
+    ]
+    values = [encode_event(e, "sess-ü") for e in events]
+    reply = AppendReply.committed("req-1", "client-ß", "sess-ü", events)
+    assert committed_reply("req-1", "client-ß", "sess-ü", values) == encode_reply(reply)
+
+
+def _sample(name: str, labels: dict[str, str] | None = None) -> float:
+    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+
+def test_metrics_count_appends_rejections_round_trips_and_ownership(
+    client: SessionClient, writer: Writer
+) -> None:
+    committed = {"type": "user/message", "result": "committed"}
+    duplicate = {"type": "user/message", "result": "duplicate"}
+    rejected = {"error": "InvariantError", "code": "NO_OPEN_TURN"}
+    before = {
+        "committed": _sample("dsh_writer_appends_total", committed),
+        "duplicate": _sample("dsh_writer_appends_total", duplicate),
+        "rejected": _sample("dsh_writer_rejected_commands_total", rejected),
+        "round_trips": _sample("dsh_client_append_seconds_count", {"result": "committed"}),
+        "commits": _sample("dsh_writer_transaction_commit_seconds_count"),
+    }
+    sid = f"metrics-{uuid.uuid4().hex[:8]}"
+    for i in range(3):
+        client.append(sid, "user/message", user(f"u{i}"), surface_op="append", request_id=f"m{i}")
+    client.append(sid, "user/message", user("u0"), surface_op="append", request_id="m0")
+    with pytest.raises(dsh.InvariantError):
+        client.append(sid, "turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+    assert _sample("dsh_writer_appends_total", committed) - before["committed"] == 3
+    assert _sample("dsh_writer_appends_total", duplicate) - before["duplicate"] == 1
+    assert _sample("dsh_writer_rejected_commands_total", rejected) - before["rejected"] == 1
+    round_trips = _sample("dsh_client_append_seconds_count", {"result": "committed"})
+    assert round_trips - before["round_trips"] == 4
+    assert _sample("dsh_writer_transaction_commit_seconds_count") - before["commits"] >= 5
+    assert _sample("dsh_writer_partitions_owned") == PARTITIONS
+    assert _sample("dsh_writer_restore_seconds_count") >= PARTITIONS
+    assert _sample("dsh_writer_append_latency_seconds_count") > 0

@@ -1,0 +1,263 @@
+"""Writer benchmark: sustained appends/s through one writer with many sessions (append_async,
+many in flight), and single-append round trip p50/p99 at a steady 500 appends/s, each next to
+the ceiling of a raw transactional confluent-kafka producer measured in the same run.
+
+Run against a broker you started (`dsh up`):
+    .venv/bin/python -m bench.writer_bench --bootstrap 127.0.0.1:19092 [--seconds 10]
+The writer runs as its own process (`python -m dsh.cli writer`), as in production; topics are
+created under a fresh prefix so runs never see each other's records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from deploy.config import KafkaSettings
+from deploy.topics import PRODUCER_PARTITIONER, ensure_topics, partition_for
+from producers import SessionClient, draft
+from schemas import encode_event
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 bytes of prompt text
+
+
+def message(i: int) -> dict[str, Any]:
+    return {
+        "id": f"m-{i}",
+        "role": "user",
+        "content": [{"type": "text", "text": TEXT}],
+        "source": {"kind": "user"},
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def start_writer(kafka: KafkaSettings, group: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_KAFKA_", "DSH_WRITER_"))}
+    env.update(
+        DSH_KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
+        DSH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+        DSH_WRITER_GROUP_ID=group,
+        DSH_WRITER_METRICS_PORT="0",
+        DSH_WRITER_SESSION_TIMEOUT_MS="6000",
+    )
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dsh.cli", "writer"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def sustained(
+    client: SessionClient, sessions: list[str], seconds: float, window: int, per_command: int
+) -> float:
+    """Events committed per second with ``window`` commands in flight."""
+    slots = threading.Semaphore(window)
+    done = [0]
+    lock = threading.Lock()
+
+    def finished(fut: Future[Any]) -> None:
+        fut.result()
+        with lock:
+            done[0] += per_command
+        slots.release()
+
+    i = 0
+    start = time.monotonic()
+    counted_from = start + 1.0  # warm-up second not counted
+    base = 0
+    while True:
+        now = time.monotonic()
+        if now >= counted_from and base == 0:
+            with lock:
+                base = done[0] or 1
+            counted_from = now
+        if now - start >= seconds + 1.0:
+            break
+        slots.acquire()
+        sid = sessions[i % len(sessions)]
+        if per_command == 1:
+            fut: Future[Any] = client.append_async(
+                sid, "user/message", message(i), surface_op="append"
+            )
+        else:
+            drafts = [
+                draft("user/message", message(i * per_command + k), surface_op="append")
+                for k in range(per_command)
+            ]
+            fut = client.append_many_async(sid, drafts)
+        fut.add_done_callback(finished)
+        i += 1
+    elapsed = time.monotonic() - counted_from
+    with lock:
+        total = done[0] - base
+    for _ in range(window):  # drain
+        slots.acquire()
+    return total / elapsed
+
+
+def paced_latency(submit: Any, rate: float, seconds: float) -> list[float]:
+    """Open loop: one operation every 1/rate s; returns each one's latency in ms."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    futures = []
+    interval = 1.0 / rate
+    start = time.monotonic()
+    n = int(rate * seconds)
+    for i in range(n):
+        target = start + i * interval
+        delay = target - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        sent = time.monotonic()
+        fut = submit(i)
+
+        def record(_f: Future[Any], sent: float = sent) -> None:
+            with lock:
+                latencies.append((time.monotonic() - sent) * 1000)
+
+        fut.add_done_callback(record)
+        futures.append(fut)
+    for f in futures:
+        f.result(60)
+    return latencies
+
+
+def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, float]:
+    """A bare transactional producer on the same broker: records/s in 1000-record
+    transactions, and one-record transaction latency at ``rate``/s."""
+    topic = kafka.topic("events")
+    producer = Producer(
+        {
+            **kafka.client_config(),
+            **PRODUCER_PARTITIONER,
+            "transactional.id": f"raw-{uuid.uuid4().hex}",
+            "retry.backoff.ms": 10,
+            "linger.ms": 1,
+        }
+    )
+    producer.init_transactions(30)
+    from dsh import Event
+
+    value = encode_event(Event("user/message", 0, 0, message(0), "append"), "raw-session")
+    keys = [f"raw-{i}".encode() for i in range(64)]
+    n = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        producer.begin_transaction()
+        for k in range(1000):
+            producer.produce(topic, value, keys[k % 64])
+        producer.commit_transaction(30)
+        n += 1000
+    throughput = n / (time.monotonic() - start)
+
+    pool = threading.Lock()  # one transaction at a time: a producer has one open at most
+
+    def one(i: int) -> Future[None]:
+        fut: Future[None] = Future()
+        with pool:
+            producer.begin_transaction()
+            producer.produce(topic, value, keys[i % 64])
+            producer.commit_transaction(30)
+        fut.set_result(None)
+        return fut
+
+    lat = paced_latency(one, rate, seconds)
+    return {
+        "events_per_s": throughput,
+        "p50_ms": percentile(lat, 0.5),
+        "p99_ms": percentile(lat, 0.99),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("DSH_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
+    )
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--sessions", type=int, default=256)
+    parser.add_argument("--window", type=int, default=4000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    kafka = KafkaSettings(
+        bootstrap_servers=args.bootstrap, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.dsh.session"
+    )
+    ensure_topics(kafka, args.partitions)
+    log = Path(f"/tmp/writer-bench-{uuid.uuid4().hex[:6]}.log")
+    writer = start_writer(kafka, f"bench-writer-{uuid.uuid4().hex[:8]}", log)
+    results: dict[str, Any] = {
+        "partitions": args.partitions,
+        "sessions": args.sessions,
+        "window": args.window,
+        "seconds": args.seconds,
+    }
+    try:
+        with SessionClient(settings=kafka, timeout=60) as client:
+            probe = f"probe-{uuid.uuid4().hex[:6]}"
+            client.append(probe, "user/message", message(0), surface_op="append")  # writer up
+            sessions = [f"bench-{i}" for i in range(args.sessions)]
+            assert {partition_for(s, args.partitions) for s in sessions} == set(
+                range(args.partitions)
+            )
+            results["append_async_events_per_s"] = sustained(
+                client, sessions, args.seconds, args.window, per_command=1
+            )
+            results["append_many_x10_events_per_s"] = sustained(
+                client, sessions, args.seconds, args.window // 10, per_command=10
+            )
+            lat = paced_latency(
+                lambda i: client.append_async(
+                    sessions[i % len(sessions)], "user/message", message(i), surface_op="append"
+                ),
+                args.rate,
+                args.seconds,
+            )
+            results["round_trip_p50_ms"] = percentile(lat, 0.5)
+            results["round_trip_p99_ms"] = percentile(lat, 0.99)
+    finally:
+        writer.terminate()
+        writer.wait(30)
+    results["raw"] = raw_ceiling(kafka, args.seconds, args.rate)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        raw = results["raw"]
+        print(
+            f"writer: {results['append_async_events_per_s']:,.0f} events/s (append_async), "
+            f"{results['append_many_x10_events_per_s']:,.0f} events/s (10 per command); "
+            f"raw transactional producer {raw['events_per_s']:,.0f} records/s"
+        )
+        print(
+            f"round trip at {args.rate:.0f}/s: p50 {results['round_trip_p50_ms']:.1f} ms, "
+            f"p99 {results['round_trip_p99_ms']:.1f} ms; raw one-record transaction p50 "
+            f"{raw['p50_ms']:.1f} ms, p99 {raw['p99_ms']:.1f} ms"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

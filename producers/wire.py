@@ -1,0 +1,63 @@
+"""Hot-path encodings the codec API has no call for: a committed reply assembled from the
+event records already encoded for the events topic, instead of encoding every event twice.
+
+Avro makes this exact: a record nested in an array is written as its plain body, which is the
+single-object value minus its 10-byte header, and the reply schema nests the same
+SessionEvent record the events topic carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import dsh
+from schemas import APPEND_REPLY, default_store
+
+HEADER_SIZE = 10  # marker C3 01 + 8-byte schema fingerprint
+
+
+@cache
+def _reply_header() -> bytes:
+    return default_store().current(APPEND_REPLY).header
+
+
+def _long(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _string(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return _long(len(b)) + b
+
+
+def committed_reply(
+    request_id: str, client_id: str, session_id: str, event_values: Sequence[bytes]
+) -> bytes:
+    """``AppendReply`` with ``AppendCommitted`` (union branch 0) of the given event values."""
+    return b"".join(
+        (
+            _reply_header(),
+            _string(request_id),
+            _string(client_id),
+            _string(session_id),
+            b"\x00",
+            _long(len(event_values)),
+            *(v[HEADER_SIZE:] for v in event_values),
+            b"\x00",
+        )
+    )
+
+
+def event_wire(draft: dict[str, Any], event: dsh.Event) -> dict[str, Any]:
+    """The committed event's wire JSON from its draft: the core stores the draft's data as is
+    and only adds seq and time, so this equals ``event.to_json()`` without thawing the frozen
+    copy again."""
+    return {**draft, "seq": event.seq, "time": event.time}
