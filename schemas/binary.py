@@ -174,6 +174,9 @@ def _plain(v: Any) -> Any:
 
 
 def _read_block_count(data: bytes, pos: int) -> tuple[int, int]:
+    b = data[pos]
+    if b < 0x80 and not b & 1:  # the usual small, non-negative count
+        return b >> 1, pos + 1
     n, pos = read_long(data, pos)
     if n < 0:  # a negative count is followed by the block's size in bytes
         n = -n
@@ -187,6 +190,9 @@ def read_json_value(data: bytes, pos: int) -> tuple[Any, int]:
     if branch == 8:  # string (zigzag 4)
         return read_str(data, pos)
     if branch == 4:  # long (zigzag 2)
+        b = data[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
         return read_long(data, pos)
     if branch == 14:  # map (zigzag 7)
         out: dict[str, Any] = {}
@@ -275,6 +281,9 @@ def _w_double(v: Any, buf: bytearray) -> None:
 
 
 def _r_int(data: bytes, pos: int) -> tuple[int, int]:
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
     v, pos = read_long(data, pos)
     if not -(2**31) <= v < 2**31:
         raise CorruptRecordError(f"int out of range at offset {pos}")
@@ -359,6 +368,9 @@ class _Compiler:
                 self.register(b)
         elif isinstance(node, dict):
             kind = node["type"]
+            if kind == "enum" and len(node["symbols"]) > 63:
+                # Enum and union indexes are read as one byte; ours are tiny.
+                raise ValueError(f"enums of more than 63 symbols are not supported: {node['name']}")
             if kind in ("record", "enum"):
                 self.named[node["name"]] = node
                 if EVENT_TYPE_ATTR in node:
@@ -590,11 +602,16 @@ class _Compiler:
         if kind == "enum":
             symbols = tuple(node["symbols"])
 
+            by_byte = tuple(
+                symbols[b >> 1] if b < 2 * len(symbols) else None for b in range(0, 128, 2)
+            )
+
             def r_enum(data: bytes, pos: int) -> tuple[Any, int]:
-                i, pos = read_long(data, pos)
-                if not 0 <= i < len(symbols):
-                    raise CorruptRecordError(f"enum index {i} out of range at offset {pos}")
-                return symbols[i], pos
+                b = data[pos]
+                symbol = by_byte[b >> 1] if b < 0x80 and not b & 1 else None
+                if symbol is None:
+                    raise CorruptRecordError(f"enum index out of range at offset {pos}")
+                return symbol, pos + 1
 
             return r_enum
         if kind == "array":
