@@ -74,7 +74,7 @@ def read_long(data: bytes, pos: int) -> tuple[int, int]:
 
 def _write_str(s: str, buf: bytearray) -> None:
     try:
-        b = s.encode("utf-8")
+        b = s.encode()
     except UnicodeEncodeError as e:
         raise UnencodableError(
             f"string is not valid Unicode (lone surrogate?): {e.reason}"
@@ -95,7 +95,7 @@ def read_str(data: bytes, pos: int) -> tuple[str, int]:
     # No upper bound check: a string that overruns leaves pos past the end, which the next
     # read or the final length check reports as truncation.
     end = pos + n
-    return data[pos:end].decode("utf-8"), end
+    return data[pos:end].decode(), end
 
 
 # --- JsonValue ---------------------------------------------------------------------------
@@ -771,7 +771,7 @@ def _read_lines(kind: str, target: str) -> list[str]:
         "if n < 0:",
         "    raise overrun(pos, n)",
         "end = pos + n",
-        f"{target} = data[pos:end].decode('utf-8')",
+        f"{target} = data[pos:end].decode()",
         "pos = end",
     ]
 

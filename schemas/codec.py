@@ -40,7 +40,7 @@ class _Writer:
 @dataclass(frozen=True, eq=False)
 class _Reader:
     writer: MessageSchema
-    read: Callable[[bytes], Any]  # whole record (header included) → wire JSON
+    read: Callable[[bytes, int], tuple[Any, int]]  # (record, body offset) → (wire JSON, end)
 
 
 class Codec:
@@ -65,7 +65,7 @@ class Codec:
             writer = self.store.by_fingerprint(fingerprint)
             reader = self.store.current(writer.name)
             if reader is writer:
-                r = _Reader(writer, _binary_read(writer))
+                r = _Reader(writer, compile_binary(writer.schema)[1])
             else:
                 r = _Reader(writer, _resolving_read(writer, reader))
             self._readers[fingerprint] = r
@@ -96,7 +96,7 @@ class Codec:
         if expect is not None and name != expect:
             raise SchemaMismatchError(f"expected a {expect} record, got {name}")
         try:
-            return name, r.read(data)
+            value, end = r.read(data, HEADER_SIZE)
         except CodecError:
             raise
         except (IndexError, struct.error, EOFError):
@@ -112,35 +112,22 @@ class Codec:
                     f" against the reader schema: {e}"
                 ) from None
             raise CorruptRecordError(f"{name}: undecodable body: {type(e).__name__}: {e}") from None
-
-
-def _binary_read(schema: MessageSchema) -> Callable[[bytes], Any]:
-    read = compile_binary(schema.schema)[1]
-    name = schema.name
-
-    def read_record(data: bytes) -> Any:
-        value, end = read(data, HEADER_SIZE)
         if end != len(data):
-            if end > len(data):
+            if end > len(data):  # a length field pointed past the end
                 raise CorruptRecordError(f"{name}: truncated record ({len(data)} bytes)")
             raise CorruptRecordError(f"{name}: {len(data) - end} trailing bytes after the record")
-        return value
-
-    return read_record
+        return name, value
 
 
-def _resolving_read(writer: MessageSchema, reader: MessageSchema) -> Callable[[bytes], Any]:
+def _resolving_read(
+    writer: MessageSchema, reader: MessageSchema
+) -> Callable[[bytes, int], tuple[Any, int]]:
     to_json = compile_codec(reader.schema)[1]
-    name = writer.name
 
-    def read_record(data: bytes) -> Any:
+    def read_record(data: bytes, pos: int) -> tuple[Any, int]:
         buf = BytesIO(data)
-        buf.seek(HEADER_SIZE)
+        buf.seek(pos)
         datum = schemaless_reader(buf, writer.parsed, reader.parsed, return_record_name=True)
-        if buf.tell() != len(data):
-            raise CorruptRecordError(
-                f"{name}: {len(data) - buf.tell()} trailing bytes after the record"
-            )
-        return to_json(datum)
+        return to_json(datum), buf.tell()
 
     return read_record
