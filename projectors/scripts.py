@@ -5,7 +5,7 @@ idempotent."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -15,10 +15,11 @@ import redis
 class Script:
     name: str
     source: str
+    sha: str = field(init=False)
 
-    @property
-    def sha(self) -> str:
-        return hashlib.sha1(self.source.encode()).hexdigest()
+    def __post_init__(self) -> None:
+        # Computed once: every applied event names its script by this SHA.
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
     def load(self, client: redis.Redis) -> None:
         client.script_load(self.source)
