@@ -16,295 +16,26 @@ to its JsonValue branch.
 
 from __future__ import annotations
 
-import math
-import re
-import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from schemas.convert import EVENT_TYPE_ATTR, JSON_VALUE, LONG_MAX, LONG_MIN, NoFit
-from schemas.errors import CorruptRecordError, UnencodableError
-
-Writer = Callable[[Any, bytearray], None]
-Reader = Callable[[bytes, int], tuple[Any, int]]
-
-_PACK_DOUBLE = struct.Struct("<d").pack
-_UNPACK_DOUBLE = struct.Struct("<d").unpack_from
-_BIG_INT_TEXT = re.compile(r"-?[0-9]+\Z")
-
-
-def _zigzag_bytes(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-# Lengths, counts, union indexes and small ints are almost always small: look them up.
-_SMALL = tuple(_zigzag_bytes(n) for n in range(4096))
-
-
-def long_bytes(n: int) -> bytes:
-    if 0 <= n < 4096:
-        return _SMALL[n]
-    return _zigzag_bytes(n)
-
-
-def read_long(data: bytes, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    n = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = data[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError(f"varint longer than 10 bytes at offset {pos}")
-    return (n >> 1) ^ -(n & 1), pos
-
-
-def _write_str(s: str, buf: bytearray) -> None:
-    try:
-        b = s.encode()
-    except UnicodeEncodeError as e:
-        raise UnencodableError(
-            f"string is not valid Unicode (lone surrogate?): {e.reason}"
-        ) from None
-    buf += long_bytes(len(b))
-    buf += b
-
-
-def read_str(data: bytes, pos: int) -> tuple[str, int]:
-    n = data[pos]
-    if n < 0x80:
-        n = (n >> 1) ^ -(n & 1)
-        pos += 1
-    else:
-        n, pos = read_long(data, pos)
-    if n < 0:
-        raise CorruptRecordError(f"negative string length at offset {pos}")
-    # No upper bound check: a string that overruns leaves pos past the end, which the next
-    # read or the final length check reports as truncation.
-    end = pos + n
-    return data[pos:end].decode(), end
-
-
-# --- JsonValue ---------------------------------------------------------------------------
-# Union branch order is fixed by json_value.avsc: null, boolean, long, double, string,
-# BigInt, array, map.
-
-_J_NULL, _J_BOOL, _J_LONG, _J_DOUBLE, _J_STRING, _J_BIG, _J_ARRAY, _J_MAP = (
-    _SMALL[i] for i in range(8)
+from schemas.avro_io import (
+    PRIMITIVE_READERS,
+    PRIMITIVE_WRITERS,
+    Reader,
+    Writer,
+    bad_index,
+    long_bytes,
+    read_block_count,
+    read_json_value,
+    read_null,
+    read_str,
+    write_json_value,
+    write_str,
 )
-_TRUE = b"\x01"
-_FALSE = b"\x00"
-
-
-def write_json_value(v: Any, buf: bytearray) -> None:
-    t = type(v)
-    if t is str:
-        buf += _J_STRING
-        _write_str(v, buf)
-    elif t is int:
-        if LONG_MIN <= v <= LONG_MAX:
-            buf += _J_LONG
-            buf += long_bytes(v)
-        else:
-            buf += _J_BIG
-            try:
-                text = str(v)
-            except ValueError as e:  # beyond Python's int/str conversion limit
-                raise UnencodableError(f"integer too large to encode: {e}") from None
-            _write_str(text, buf)
-    elif t is dict:
-        buf += _J_MAP
-        if v:
-            buf += long_bytes(len(v))
-            for k, x in v.items():
-                if type(k) is not str:
-                    raise UnencodableError(f"JSON object key must be a string, got {k!r}")
-                _write_str(k, buf)
-                write_json_value(x, buf)
-        buf += b"\x00"
-    elif t is list or t is tuple:
-        buf += _J_ARRAY
-        if v:
-            buf += long_bytes(len(v))
-            for x in v:
-                write_json_value(x, buf)
-        buf += b"\x00"
-    elif t is bool:
-        buf += _J_BOOL
-        buf += _TRUE if v else _FALSE
-    elif t is float:
-        if not math.isfinite(v):
-            raise UnencodableError(f"JSON has no {v!r}: only finite floats are lossless")
-        buf += _J_DOUBLE
-        buf += _PACK_DOUBLE(v)
-    elif v is None:
-        buf += _J_NULL
-    else:
-        write_json_value(_plain(v), buf)
-
-
-def _plain(v: Any) -> Any:
-    """Subclasses of JSON types and other mappings/sequences, as their plain JSON type."""
-    if isinstance(v, bool):
-        return bool(v)
-    if isinstance(v, int):
-        return int(v)
-    if isinstance(v, float):
-        return float(v)
-    if isinstance(v, str):
-        return str(v)
-    if isinstance(v, Mapping):
-        return dict(v)
-    if isinstance(v, Sequence) and not isinstance(v, (bytes, bytearray, memoryview)):
-        return list(v)
-    raise UnencodableError(f"not a JSON value: {type(v).__name__}")
-
-
-def _read_block_count(data: bytes, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80 and not b & 1:  # the usual small, non-negative count
-        return b >> 1, pos + 1
-    n, pos = read_long(data, pos)
-    if n < 0:  # a negative count is followed by the block's size in bytes
-        n = -n
-        _, pos = read_long(data, pos)
-    return n, pos
-
-
-def read_json_value(data: bytes, pos: int) -> tuple[Any, int]:
-    branch = data[pos]
-    pos += 1
-    if branch == 8:  # string (zigzag 4)
-        return read_str(data, pos)
-    if branch == 4:  # long (zigzag 2)
-        b = data[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-        return read_long(data, pos)
-    if branch == 14:  # map (zigzag 7)
-        out: dict[str, Any] = {}
-        n, pos = _read_block_count(data, pos)
-        while n:
-            for _ in range(n):
-                k, pos = read_str(data, pos)
-                out[k], pos = read_json_value(data, pos)
-            n, pos = _read_block_count(data, pos)
-        return out, pos
-    if branch == 12:  # array (zigzag 6)
-        items: list[Any] = []
-        n, pos = _read_block_count(data, pos)
-        while n:
-            for _ in range(n):
-                x, pos = read_json_value(data, pos)
-                items.append(x)
-            n, pos = _read_block_count(data, pos)
-        return items, pos
-    if branch == 0:  # null
-        return None, pos
-    if branch == 2:  # boolean
-        return _read_bool(data, pos)
-    if branch == 6:  # double
-        return _read_double(data, pos)
-    if branch == 10:  # BigInt
-        text, pos = read_str(data, pos)
-        if not _BIG_INT_TEXT.match(text):
-            raise CorruptRecordError(f"BigInt {text[:40]!r} is not a decimal integer")
-        try:
-            return int(text), pos
-        except ValueError as e:
-            raise CorruptRecordError(f"BigInt too large: {e}") from None
-    raise CorruptRecordError(f"JsonValue union index out of range at offset {pos - 1}")
-
-
-def _read_bool(data: bytes, pos: int) -> tuple[bool, int]:
-    b = data[pos]
-    if b > 1:
-        raise CorruptRecordError(f"boolean byte {b} at offset {pos}")
-    return b == 1, pos + 1
-
-
-def _read_double(data: bytes, pos: int) -> tuple[float, int]:
-    if pos + 8 > len(data):
-        raise CorruptRecordError(f"double at offset {pos} overruns the record")
-    (v,) = _UNPACK_DOUBLE(data, pos)
-    if not math.isfinite(v):
-        raise CorruptRecordError(f"non-finite double at offset {pos}: JSON cannot carry it")
-    return v, pos + 8
-
-
-# --- primitives --------------------------------------------------------------------------
-
-
-def _w_long(v: Any, buf: bytearray) -> None:
-    if type(v) is not int or not LONG_MIN <= v <= LONG_MAX:
-        raise NoFit(f"{v!r} is not a long")
-    buf += long_bytes(v)
-
-
-def _w_int(v: Any, buf: bytearray) -> None:
-    if type(v) is not int or not -(2**31) <= v < 2**31:
-        raise NoFit(f"{v!r} is not an int")
-    buf += long_bytes(v)
-
-
-def _w_string(v: Any, buf: bytearray) -> None:
-    if type(v) is not str:
-        raise NoFit(f"{v!r} is not a string")
-    _write_str(v, buf)
-
-
-def _w_boolean(v: Any, buf: bytearray) -> None:
-    if type(v) is not bool:
-        raise NoFit(f"{v!r} is not a boolean")
-    buf += _TRUE if v else _FALSE
-
-
-def _w_double(v: Any, buf: bytearray) -> None:
-    if type(v) is not float:
-        raise NoFit(f"{v!r} is not a double")
-    if not math.isfinite(v):
-        raise UnencodableError(f"JSON has no {v!r}: only finite floats are lossless")
-    buf += _PACK_DOUBLE(v)
-
-
-def _r_int(data: bytes, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    v, pos = read_long(data, pos)
-    if not -(2**31) <= v < 2**31:
-        raise CorruptRecordError(f"int out of range at offset {pos}")
-    return v, pos
-
-
-_WRITERS: dict[str, Writer] = {
-    "boolean": _w_boolean,
-    "int": _w_int,
-    "long": _w_long,
-    "double": _w_double,
-    "string": _w_string,
-}
-_READERS: dict[str, Reader] = {
-    "boolean": _read_bool,
-    "int": _r_int,
-    "long": read_long,
-    "double": _read_double,
-    "string": read_str,
-}
-
+from schemas.codegen import RecordSource
+from schemas.convert import EVENT_TYPE_ATTR, JSON_VALUE, NoFit
+from schemas.errors import CorruptRecordError, UnencodableError
 
 # Tagged unions: a record with ``"dsh.when": {"kind": "model"}`` is the branch for values whose
 # ``kind`` is "model". Look-alike records (TextBlock and ReasoningBlock have the same fields) are
@@ -381,13 +112,13 @@ class _Compiler:
                 self.register(node["items"])
             elif kind == "map":
                 self.register(node["values"])
-            elif kind not in _WRITERS and kind != "null":
+            elif kind not in PRIMITIVE_WRITERS and kind != "null":
                 raise ValueError(f"schema feature not supported by schemas.binary: {kind}")
 
     def resolve(self, node: Any) -> Any:
         if isinstance(node, str):
             return self.named.get(node, node)
-        if isinstance(node, dict) and node["type"] in _WRITERS:
+        if isinstance(node, dict) and node["type"] in PRIMITIVE_WRITERS:
             return node["type"]
         return node
 
@@ -398,7 +129,7 @@ class _Compiler:
         if isinstance(node, list):
             return self._union_writer(node)
         if isinstance(node, str):
-            return _WRITERS[node]
+            return PRIMITIVE_WRITERS[node]
         kind = node["type"]
         if kind == "record":
             name = node["name"]
@@ -451,7 +182,7 @@ class _Compiler:
                 for k, x in v.items():
                     if type(k) is not str:
                         raise NoFit(f"object key {k!r} is not a string")
-                    _write_str(k, buf)
+                    write_str(k, buf)
                     values(x, buf)
             buf += b"\x00"
 
@@ -539,9 +270,9 @@ class _Compiler:
         return w_data
 
     def _record_writer(self, node: dict[str, Any]) -> Writer:
-        """Straight-line Python for one record (see _RecordSource): a loop over a field plan
+        """Straight-line Python for one record (see RecordSource): a loop over a field plan
         spent most of its time dispatching, and records are most of what we encode."""
-        src = _RecordSource(node["name"])
+        src = RecordSource(node["name"])
         for f in node["fields"]:
             fname, ftype = f["name"], f["type"]
             rt = self.resolve(ftype)
@@ -589,7 +320,7 @@ class _Compiler:
         if isinstance(node, list):
             return self._union_reader(node)
         if isinstance(node, str):
-            return _READERS[node]
+            return PRIMITIVE_READERS[node]
         kind = node["type"]
         if kind == "record":
             name = node["name"]
@@ -619,12 +350,12 @@ class _Compiler:
 
             def r_array(data: bytes, pos: int) -> tuple[Any, int]:
                 out: list[Any] = []
-                n, pos = _read_block_count(data, pos)
+                n, pos = read_block_count(data, pos)
                 while n:
                     for _ in range(n):
                         x, pos = items(data, pos)
                         out.append(x)
-                    n, pos = _read_block_count(data, pos)
+                    n, pos = read_block_count(data, pos)
                 return out, pos
 
             return r_array
@@ -633,12 +364,12 @@ class _Compiler:
 
             def r_map(data: bytes, pos: int) -> tuple[Any, int]:
                 out: dict[str, Any] = {}
-                n, pos = _read_block_count(data, pos)
+                n, pos = read_block_count(data, pos)
                 while n:
                     for _ in range(n):
                         k, pos = read_str(data, pos)
                         out[k], pos = values(data, pos)
-                    n, pos = _read_block_count(data, pos)
+                    n, pos = read_block_count(data, pos)
                 return out, pos
 
             return r_map
@@ -650,7 +381,7 @@ class _Compiler:
             raise ValueError("unions of more than 63 branches are not supported")
         table: list[Reader | None] = [None] * 128
         for i, b in enumerate(branches):
-            table[2 * i] = _r_null if self.resolve(b) == "null" else self.reader(b)
+            table[2 * i] = read_null if self.resolve(b) == "null" else self.reader(b)
         return tuple(table)
 
     def _union_reader(self, branches: list[Any]) -> Reader:
@@ -660,13 +391,13 @@ class _Compiler:
             b = data[pos]
             r = table[b] if b < 128 else None
             if r is None:
-                raise _bad_index(pos)
+                raise bad_index(pos)
             return r(data, pos + 1)
 
         return r_union
 
     def _record_reader(self, node: dict[str, Any]) -> Reader:
-        src = _RecordSource(node["name"])
+        src = RecordSource(node["name"])
         for f in node["fields"]:
             fname, ftype = f["name"], f["type"]
             rt = self.resolve(ftype)
@@ -689,394 +420,6 @@ class _Compiler:
             else:
                 src.read(fname, self.reader(ftype))
         return src.build_reader()
-
-
-class _Absent:
-    __slots__ = ()
-
-
-_ABSENT = _Absent()
-
-
-def _r_null(data: bytes, pos: int) -> tuple[Any, int]:
-    return _ABSENT, pos
-
-
-# --- generated record code ---------------------------------------------------------------
-# Like dataclasses, we build each record's writer and reader as Python source once, at schema
-# compile time: straight-line code with the common field kinds (strings, longs, absent optional
-# fields) inlined runs about twice as fast as a generic loop over the fields.
-
-_MISSING = object()
-
-
-def _no_fit(record: str, what: str) -> NoFit:
-    return NoFit(f"{record}: {what}")
-
-
-def _unexpected(record: str, v: Mapping[str, Any], known: frozenset[str]) -> NoFit:
-    return NoFit(f"{record}: unexpected keys {sorted(set(v) - known)}")
-
-
-def _overrun(pos: int, n: int) -> CorruptRecordError:
-    return CorruptRecordError(f"string length {n} at offset {pos} is negative")
-
-
-def _bad_index(pos: int) -> CorruptRecordError:
-    return CorruptRecordError(f"union index out of range at offset {pos}")
-
-
-def _as_dict(v: Any, record: str) -> dict[str, Any]:
-    if isinstance(v, Mapping):
-        return dict(v)
-    raise NoFit(f"{record}: expected an object")
-
-
-_WRITE_CHECKS = {
-    "string": "type(x) is str",
-    "long": "type(x) is int and -9223372036854775808 <= x <= 9223372036854775807",
-    "int": "type(x) is int and -2147483648 <= x <= 2147483647",
-    "boolean": "type(x) is bool",
-}
-_WRITE_BODY = {
-    "string": [
-        "b = x.encode()",
-        "n = len(b)",
-        "buf += SMALL[n] if n < 4096 else long_bytes(n)",
-        "buf += b",
-    ],
-    "long": ["buf += SMALL[x] if 0 <= x < 4096 else long_bytes(x)"],
-    "int": ["buf += SMALL[x] if 0 <= x < 4096 else long_bytes(x)"],
-    "boolean": ["buf += TRUE if x else FALSE"],
-}
-
-
-def _read_lines(kind: str, target: str) -> list[str]:
-    if kind == "long":
-        return [
-            "b = data[pos]",
-            "if b < 0x80:",
-            f"    {target} = (b >> 1) ^ -(b & 1)",
-            "    pos += 1",
-            "else:",
-            f"    {target}, pos = read_long(data, pos)",
-        ]
-    return [
-        "n = data[pos]",
-        "if n < 0x80:",
-        "    n = (n >> 1) ^ -(n & 1)",
-        "    pos += 1",
-        "else:",
-        "    n, pos = read_long(data, pos)",
-        "if n < 0:",
-        "    raise overrun(pos, n)",
-        "end = pos + n",
-        f"{target} = data[pos:end].decode()",
-        "pos = end",
-    ]
-
-
-class _RecordSource:
-    """Accumulates the source of one record's writer and reader."""
-
-    def __init__(self, record: str) -> None:
-        self.record = record
-        self.names: list[str] = []
-        self.ns: dict[str, Any] = {
-            "NoFit": NoFit,
-            "MISSING": _MISSING,
-            "ABSENT": _ABSENT,
-            "SMALL": _SMALL,
-            "TRUE": _TRUE,
-            "FALSE": _FALSE,
-            "long_bytes": long_bytes,
-            "read_long": read_long,
-            "no_fit": _no_fit,
-            "unexpected": _unexpected,
-            "as_dict": _as_dict,
-            "overrun": _overrun,
-            "bad_index": _bad_index,
-            "block_count": _read_block_count,
-            "r_null": _r_null,
-            "RECORD": record,
-            "NULL_BRANCH": _SMALL[0],  # union index 0, null: the key is absent
-            "SECOND_BRANCH": _SMALL[1],
-        }
-        self.w: list[str] = []
-        self.r: list[str] = []
-        self.locals: list[tuple[str, str]] = []
-        self.flushed = False
-
-    def _bind(self, obj: Any) -> str:
-        name = f"F{len(self.ns)}"
-        self.ns[name] = obj
-        return name
-
-    def _get_required(self, fname: str) -> None:
-        self.names.append(fname)
-        self.w += [
-            "try:",
-            f"    x = v[{fname!r}]",
-            "except KeyError:",
-            f"    raise no_fit(RECORD, 'missing {fname}') from None",
-        ]
-
-    def _get(self, fname: str) -> None:
-        self.names.append(fname)
-        self.w.append(f"x = v.get({fname!r}, MISSING)")
-
-    # writer pieces
-    def required_primitive(self, fname: str, kind: str) -> None:
-        self._get_required(fname)
-        self.w += [
-            f"if not ({_WRITE_CHECKS[kind]}):",
-            f"    raise no_fit(RECORD, {fname!r} + ': expected {kind}, got ' + repr(x))",
-            *_WRITE_BODY[kind],
-            "seen += 1",
-        ]
-
-    def optional_primitive(self, fname: str, kind: str) -> None:
-        self._get(fname)
-        self.w += [
-            "if x is MISSING:",
-            "    buf += NULL_BRANCH",
-            "else:",
-            f"    if not ({_WRITE_CHECKS[kind]}):",
-            f"        raise no_fit(RECORD, {fname!r} + ': expected {kind}, got ' + repr(x))",
-            "    buf += SECOND_BRANCH",
-            *("    " + line for line in _WRITE_BODY[kind]),
-            "    seen += 1",
-        ]
-
-    def optional(self, fname: str, writer: Writer) -> None:
-        self._get(fname)
-        w = self._bind(writer)
-        self.w += [
-            "if x is MISSING:",
-            "    buf += NULL_BRANCH",
-            "else:",
-            f"    {w}(x, buf)",
-            "    seen += 1",
-        ]
-
-    def defaulted(self, fname: str, writer: Writer, default: bytes) -> None:
-        self._get(fname)
-        w, d = self._bind(writer), self._bind(default)
-        self.w += [
-            "if x is MISSING:",
-            f"    buf += {d}",
-            "else:",
-            f"    {w}(x, buf)",
-            "    seen += 1",
-        ]
-
-    def required(self, fname: str, writer: Writer) -> None:
-        self._get_required(fname)
-        w = self._bind(writer)
-        self.w += [
-            f"{w}(x, buf)",
-            "seen += 1",
-        ]
-
-    def _tagged_lines(
-        self, target: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
-    ) -> list[str]:
-        """Write ``target`` through its tagged branch; on a misfit (rare) the general union
-        writer starts over and ends in the JsonValue branch."""
-        field, table = tagged
-        t, g = self._bind(table), self._bind(general)
-        return [
-            f"if type({target}) is dict:",
-            f"    tag = {target}.get({field!r})",
-            f"    br = {t}.get(tag) if type(tag) is str else None",
-            "else:",
-            "    br = None",
-            "if br is None:",
-            f"    {g}({target}, buf)",
-            "else:",
-            "    mark = len(buf)",
-            "    buf += br[0]",
-            "    try:",
-            f"        br[1]({target}, buf)",
-            "    except NoFit:",
-            "        del buf[mark:]",
-            f"        {g}({target}, buf)",
-        ]
-
-    def required_tagged(
-        self, fname: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
-    ) -> None:
-        self._get_required(fname)
-        self.w += [
-            *self._tagged_lines("x", tagged, general),
-            "seen += 1",
-        ]
-
-    def required_array(
-        self,
-        fname: str,
-        tagged: tuple[str, dict[str, tuple[bytes, Writer]]] | None,
-        item: Writer,
-    ) -> None:
-        self._get_required(fname)
-        if tagged is not None:
-            write_item = self._tagged_lines("y", tagged, item)
-        else:
-            write_item = [f"{self._bind(item)}(y, buf)"]
-        self.w += [
-            "if type(x) is not list and not isinstance(x, (list, tuple)):",
-            f"    raise no_fit(RECORD, '{fname}: expected an array')",
-            "if x:",
-            "    n = len(x)",
-            "    buf += SMALL[n] if n < 4096 else long_bytes(n)",
-            "    for y in x:",
-            *("        " + line for line in write_item),
-            "buf += NULL_BRANCH",  # the 0 that ends the array
-            "seen += 1",
-        ]
-
-    def data_field(self, fname: str, writer: Callable[[Any, Any, bytearray], None]) -> None:
-        self._get_required(fname)
-        w = self._bind(writer)
-        self.w += [
-            f"{w}(v.get('type'), x, buf)",
-            "seen += 1",
-        ]
-
-    def build_writer(self) -> Writer:
-        known = self._bind(frozenset(self.names))
-        body = [
-            "if type(v) is not dict:",
-            "    v = as_dict(v, RECORD)",
-            "seen = 0",
-            *self.w,
-            "if seen != len(v):",
-            f"    raise unexpected(RECORD, v, {known})",
-        ]
-        return self._compile("w_record", "v, buf", body)
-
-    # reader pieces
-    # Required fields are read into locals and the dict is built by one literal at the first
-    # optional field (or the end): cheaper than a store per key, and keys keep schema order.
-    def _target(self, fname: str) -> str:
-        if self.flushed:
-            return f"out[{fname!r}]"
-        local = f"v{len(self.locals)}"
-        self.locals.append((fname, local))
-        return local
-
-    def _flush(self) -> None:
-        if not self.flushed:
-            self.r.append("out = {" + ", ".join(f"{f!r}: {v}" for f, v in self.locals) + "}")
-            self.flushed = True
-
-    def read_primitive(self, fname: str, kind: str) -> None:
-        self.r += _read_lines(kind, self._target(fname))
-
-    def read_optional_primitive(self, fname: str, kind: str) -> None:
-        self._flush()
-        self.r += [
-            "b = data[pos]",
-            "if b == 0:",
-            "    pos += 1",
-            "elif b == 2:",
-            "    pos += 1",
-            *("    " + line for line in _read_lines(kind, f"out[{fname!r}]")),
-            "else:",
-            "    raise bad_index(pos)",
-        ]
-
-    def read_optional(self, fname: str, reader: Reader) -> None:
-        self._flush()
-        r = self._bind(reader)
-        self.r += [
-            "b = data[pos]",
-            "if b == 0:",
-            "    pos += 1",
-            "elif b == 2:",
-            f"    out[{fname!r}], pos = {r}(data, pos + 1)",
-            "else:",
-            "    raise bad_index(pos)",
-        ]
-
-    def read_union(self, fname: str, table: tuple[Reader | None, ...], has_null: bool) -> None:
-        t = self._bind(table)
-        self.r += [
-            "b = data[pos]",
-            f"r = {t}[b] if b < 128 else None",
-            "if r is None:",
-            "    raise bad_index(pos)",
-        ]
-        if has_null:
-            self._flush()
-            self.r += [
-                "if r is not r_null:",
-                "    x, pos = r(data, pos + 1)",
-                "    if x is not ABSENT:",
-                f"        out[{fname!r}] = x",
-                "else:",
-                "    pos += 1",
-            ]
-        else:
-            self.r.append(f"{self._target(fname)}, pos = r(data, pos + 1)")
-
-    def read_array(
-        self,
-        fname: str,
-        general: Reader,
-        item_table: tuple[Reader | None, ...] | None,
-        item: Reader,
-    ) -> None:
-        """Inline the usual case, a first block with a small count; anything else (counts of 64
-        or more, negative counts) goes to the general array reader."""
-        g, it = self._bind(general), self._bind(item)
-        if item_table is not None:
-            t = self._bind(item_table)
-            read_item = [
-                "    b = data[pos]",
-                f"    r = {t}[b] if b < 128 else None",
-                "    if r is None:",
-                "        raise bad_index(pos)",
-                "    x, pos = r(data, pos + 1)",
-            ]
-        else:
-            read_item = [f"    x, pos = {it}(data, pos)"]
-        target = self._target(fname)
-        self.r += [
-            "n = data[pos]",
-            "if n == 0:",
-            f"    {target} = []",
-            "    pos += 1",
-            "elif n < 0x80 and not n & 1:",
-            "    pos += 1",
-            "    items = []",
-            "    for _ in range(n >> 1):",
-            *("    " + line for line in read_item),
-            "        items.append(x)",
-            "    while data[pos] != 0:",  # more blocks: legal, rare
-            "        m, pos = block_count(data, pos)",
-            "        for _ in range(m):",
-            f"            x, pos = {it}(data, pos)",
-            "            items.append(x)",
-            "    pos += 1",
-            f"    {target} = items",
-            "else:",
-            f"    {target}, pos = {g}(data, pos)",
-        ]
-
-    def read(self, fname: str, reader: Reader) -> None:
-        r = self._bind(reader)
-        self.r.append(f"{self._target(fname)}, pos = {r}(data, pos)")
-
-    def build_reader(self) -> Reader:
-        self._flush()
-        body = [*self.r, "return out, pos"]
-        return self._compile("r_record", "data, pos", body)
-
-    def _compile(self, fn: str, args: str, body: list[str]) -> Callable[..., Any]:
-        src = f"def {fn}({args}):\n" + "".join(f"    {line}\n" for line in body)
-        exec(compile(src, f"<schemas.binary {self.record} {fn}>", "exec"), self.ns)
-        return self.ns[fn]  # type: ignore[no-any-return]
 
 
 def compile_binary(

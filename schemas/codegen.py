@@ -1,0 +1,394 @@
+"""Generated record code for the compiled codec (see :mod:`schemas.binary`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from schemas.avro_io import (
+    ABSENT,
+    FALSE,
+    SMALL,
+    TRUE,
+    Reader,
+    Writer,
+    bad_index,
+    long_bytes,
+    read_block_count,
+    read_long,
+    read_null,
+)
+from schemas.convert import NoFit
+from schemas.errors import CorruptRecordError
+
+# --- generated record code ---------------------------------------------------------------
+# Like dataclasses, we build each record's writer and reader as Python source once, at schema
+# compile time: straight-line code with the common field kinds (strings, longs, absent optional
+# fields) inlined runs about twice as fast as a generic loop over the fields.
+
+_MISSING = object()
+
+
+def _no_fit(record: str, what: str) -> NoFit:
+    return NoFit(f"{record}: {what}")
+
+
+def _unexpected(record: str, v: Mapping[str, Any], known: frozenset[str]) -> NoFit:
+    return NoFit(f"{record}: unexpected keys {sorted(set(v) - known)}")
+
+
+def _overrun(pos: int, n: int) -> CorruptRecordError:
+    return CorruptRecordError(f"string length {n} at offset {pos} is negative")
+
+
+def _as_dict(v: Any, record: str) -> dict[str, Any]:
+    if isinstance(v, Mapping):
+        return dict(v)
+    raise NoFit(f"{record}: expected an object")
+
+
+_WRITE_CHECKS = {
+    "string": "type(x) is str",
+    "long": "type(x) is int and -9223372036854775808 <= x <= 9223372036854775807",
+    "int": "type(x) is int and -2147483648 <= x <= 2147483647",
+    "boolean": "type(x) is bool",
+}
+_WRITE_BODY = {
+    "string": [
+        "b = x.encode()",
+        "n = len(b)",
+        "buf += SMALL[n] if n < 4096 else long_bytes(n)",
+        "buf += b",
+    ],
+    "long": ["buf += SMALL[x] if 0 <= x < 4096 else long_bytes(x)"],
+    "int": ["buf += SMALL[x] if 0 <= x < 4096 else long_bytes(x)"],
+    "boolean": ["buf += TRUE if x else FALSE"],
+}
+
+
+def _read_lines(kind: str, target: str) -> list[str]:
+    if kind == "long":
+        return [
+            "b = data[pos]",
+            "if b < 0x80:",
+            f"    {target} = (b >> 1) ^ -(b & 1)",
+            "    pos += 1",
+            "else:",
+            f"    {target}, pos = read_long(data, pos)",
+        ]
+    return [
+        "n = data[pos]",
+        "if n < 0x80:",
+        "    n = (n >> 1) ^ -(n & 1)",
+        "    pos += 1",
+        "else:",
+        "    n, pos = read_long(data, pos)",
+        "if n < 0:",
+        "    raise overrun(pos, n)",
+        "end = pos + n",
+        f"{target} = data[pos:end].decode()",
+        "pos = end",
+    ]
+
+
+class RecordSource:
+    """Accumulates the source of one record's writer and reader."""
+
+    def __init__(self, record: str) -> None:
+        self.record = record
+        self.names: list[str] = []
+        self.ns: dict[str, Any] = {
+            "NoFit": NoFit,
+            "MISSING": _MISSING,
+            "ABSENT": ABSENT,
+            "SMALL": SMALL,
+            "TRUE": TRUE,
+            "FALSE": FALSE,
+            "long_bytes": long_bytes,
+            "read_long": read_long,
+            "no_fit": _no_fit,
+            "unexpected": _unexpected,
+            "as_dict": _as_dict,
+            "overrun": _overrun,
+            "bad_index": bad_index,
+            "block_count": read_block_count,
+            "r_null": read_null,
+            "RECORD": record,
+            "NULL_BRANCH": SMALL[0],  # union index 0, null: the key is absent
+            "SECOND_BRANCH": SMALL[1],
+        }
+        self.w: list[str] = []
+        self.r: list[str] = []
+        self.locals: list[tuple[str, str]] = []
+        self.flushed = False
+
+    def _bind(self, obj: Any) -> str:
+        name = f"F{len(self.ns)}"
+        self.ns[name] = obj
+        return name
+
+    def _get_required(self, fname: str) -> None:
+        self.names.append(fname)
+        self.w += [
+            "try:",
+            f"    x = v[{fname!r}]",
+            "except KeyError:",
+            f"    raise no_fit(RECORD, 'missing {fname}') from None",
+        ]
+
+    def _get(self, fname: str) -> None:
+        self.names.append(fname)
+        self.w.append(f"x = v.get({fname!r}, MISSING)")
+
+    # writer pieces
+    def required_primitive(self, fname: str, kind: str) -> None:
+        self._get_required(fname)
+        self.w += [
+            f"if not ({_WRITE_CHECKS[kind]}):",
+            f"    raise no_fit(RECORD, {fname!r} + ': expected {kind}, got ' + repr(x))",
+            *_WRITE_BODY[kind],
+            "seen += 1",
+        ]
+
+    def optional_primitive(self, fname: str, kind: str) -> None:
+        self._get(fname)
+        self.w += [
+            "if x is MISSING:",
+            "    buf += NULL_BRANCH",
+            "else:",
+            f"    if not ({_WRITE_CHECKS[kind]}):",
+            f"        raise no_fit(RECORD, {fname!r} + ': expected {kind}, got ' + repr(x))",
+            "    buf += SECOND_BRANCH",
+            *("    " + line for line in _WRITE_BODY[kind]),
+            "    seen += 1",
+        ]
+
+    def optional(self, fname: str, writer: Writer) -> None:
+        self._get(fname)
+        w = self._bind(writer)
+        self.w += [
+            "if x is MISSING:",
+            "    buf += NULL_BRANCH",
+            "else:",
+            f"    {w}(x, buf)",
+            "    seen += 1",
+        ]
+
+    def defaulted(self, fname: str, writer: Writer, default: bytes) -> None:
+        self._get(fname)
+        w, d = self._bind(writer), self._bind(default)
+        self.w += [
+            "if x is MISSING:",
+            f"    buf += {d}",
+            "else:",
+            f"    {w}(x, buf)",
+            "    seen += 1",
+        ]
+
+    def required(self, fname: str, writer: Writer) -> None:
+        self._get_required(fname)
+        w = self._bind(writer)
+        self.w += [
+            f"{w}(x, buf)",
+            "seen += 1",
+        ]
+
+    def _tagged_lines(
+        self, target: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
+    ) -> list[str]:
+        """Write ``target`` through its tagged branch; on a misfit (rare) the general union
+        writer starts over and ends in the JsonValue branch."""
+        field, table = tagged
+        t, g = self._bind(table), self._bind(general)
+        return [
+            f"if type({target}) is dict:",
+            f"    tag = {target}.get({field!r})",
+            f"    br = {t}.get(tag) if type(tag) is str else None",
+            "else:",
+            "    br = None",
+            "if br is None:",
+            f"    {g}({target}, buf)",
+            "else:",
+            "    mark = len(buf)",
+            "    buf += br[0]",
+            "    try:",
+            f"        br[1]({target}, buf)",
+            "    except NoFit:",
+            "        del buf[mark:]",
+            f"        {g}({target}, buf)",
+        ]
+
+    def required_tagged(
+        self, fname: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
+    ) -> None:
+        self._get_required(fname)
+        self.w += [
+            *self._tagged_lines("x", tagged, general),
+            "seen += 1",
+        ]
+
+    def required_array(
+        self,
+        fname: str,
+        tagged: tuple[str, dict[str, tuple[bytes, Writer]]] | None,
+        item: Writer,
+    ) -> None:
+        self._get_required(fname)
+        if tagged is not None:
+            write_item = self._tagged_lines("y", tagged, item)
+        else:
+            write_item = [f"{self._bind(item)}(y, buf)"]
+        self.w += [
+            "if type(x) is not list and not isinstance(x, (list, tuple)):",
+            f"    raise no_fit(RECORD, '{fname}: expected an array')",
+            "if x:",
+            "    n = len(x)",
+            "    buf += SMALL[n] if n < 4096 else long_bytes(n)",
+            "    for y in x:",
+            *("        " + line for line in write_item),
+            "buf += NULL_BRANCH",  # the 0 that ends the array
+            "seen += 1",
+        ]
+
+    def data_field(self, fname: str, writer: Callable[[Any, Any, bytearray], None]) -> None:
+        self._get_required(fname)
+        w = self._bind(writer)
+        self.w += [
+            f"{w}(v.get('type'), x, buf)",
+            "seen += 1",
+        ]
+
+    def build_writer(self) -> Writer:
+        known = self._bind(frozenset(self.names))
+        body = [
+            "if type(v) is not dict:",
+            "    v = as_dict(v, RECORD)",
+            "seen = 0",
+            *self.w,
+            "if seen != len(v):",
+            f"    raise unexpected(RECORD, v, {known})",
+        ]
+        return self._compile("w_record", "v, buf", body)
+
+    # reader pieces
+    # Required fields are read into locals and the dict is built by one literal at the first
+    # optional field (or the end): cheaper than a store per key, and keys keep schema order.
+    def _target(self, fname: str) -> str:
+        if self.flushed:
+            return f"out[{fname!r}]"
+        local = f"v{len(self.locals)}"
+        self.locals.append((fname, local))
+        return local
+
+    def _flush(self) -> None:
+        if not self.flushed:
+            self.r.append("out = {" + ", ".join(f"{f!r}: {v}" for f, v in self.locals) + "}")
+            self.flushed = True
+
+    def read_primitive(self, fname: str, kind: str) -> None:
+        self.r += _read_lines(kind, self._target(fname))
+
+    def read_optional_primitive(self, fname: str, kind: str) -> None:
+        self._flush()
+        self.r += [
+            "b = data[pos]",
+            "if b == 0:",
+            "    pos += 1",
+            "elif b == 2:",
+            "    pos += 1",
+            *("    " + line for line in _read_lines(kind, f"out[{fname!r}]")),
+            "else:",
+            "    raise bad_index(pos)",
+        ]
+
+    def read_optional(self, fname: str, reader: Reader) -> None:
+        self._flush()
+        r = self._bind(reader)
+        self.r += [
+            "b = data[pos]",
+            "if b == 0:",
+            "    pos += 1",
+            "elif b == 2:",
+            f"    out[{fname!r}], pos = {r}(data, pos + 1)",
+            "else:",
+            "    raise bad_index(pos)",
+        ]
+
+    def read_union(self, fname: str, table: tuple[Reader | None, ...], has_null: bool) -> None:
+        t = self._bind(table)
+        self.r += [
+            "b = data[pos]",
+            f"r = {t}[b] if b < 128 else None",
+            "if r is None:",
+            "    raise bad_index(pos)",
+        ]
+        if has_null:
+            self._flush()
+            self.r += [
+                "if r is not r_null:",
+                "    x, pos = r(data, pos + 1)",
+                "    if x is not ABSENT:",
+                f"        out[{fname!r}] = x",
+                "else:",
+                "    pos += 1",
+            ]
+        else:
+            self.r.append(f"{self._target(fname)}, pos = r(data, pos + 1)")
+
+    def read_array(
+        self,
+        fname: str,
+        general: Reader,
+        item_table: tuple[Reader | None, ...] | None,
+        item: Reader,
+    ) -> None:
+        """Inline the usual case, a first block with a small count; anything else (counts of 64
+        or more, negative counts) goes to the general array reader."""
+        g, it = self._bind(general), self._bind(item)
+        if item_table is not None:
+            t = self._bind(item_table)
+            read_item = [
+                "    b = data[pos]",
+                f"    r = {t}[b] if b < 128 else None",
+                "    if r is None:",
+                "        raise bad_index(pos)",
+                "    x, pos = r(data, pos + 1)",
+            ]
+        else:
+            read_item = [f"    x, pos = {it}(data, pos)"]
+        target = self._target(fname)
+        self.r += [
+            "n = data[pos]",
+            "if n == 0:",
+            f"    {target} = []",
+            "    pos += 1",
+            "elif n < 0x80 and not n & 1:",
+            "    pos += 1",
+            "    items = []",
+            "    for _ in range(n >> 1):",
+            *("    " + line for line in read_item),
+            "        items.append(x)",
+            "    while data[pos] != 0:",  # more blocks: legal, rare
+            "        m, pos = block_count(data, pos)",
+            "        for _ in range(m):",
+            f"            x, pos = {it}(data, pos)",
+            "            items.append(x)",
+            "    pos += 1",
+            f"    {target} = items",
+            "else:",
+            f"    {target}, pos = {g}(data, pos)",
+        ]
+
+    def read(self, fname: str, reader: Reader) -> None:
+        r = self._bind(reader)
+        self.r.append(f"{self._target(fname)}, pos = {r}(data, pos)")
+
+    def build_reader(self) -> Reader:
+        self._flush()
+        body = [*self.r, "return out, pos"]
+        return self._compile("r_record", "data, pos", body)
+
+    def _compile(self, fn: str, args: str, body: list[str]) -> Callable[..., Any]:
+        src = f"def {fn}({args}):\n" + "".join(f"    {line}\n" for line in body)
+        exec(compile(src, f"<schemas.binary {self.record} {fn}>", "exec"), self.ns)
+        return self.ns[fn]  # type: ignore[no-any-return]
