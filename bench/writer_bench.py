@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from concurrent.futures import Future
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from deploy.config import KafkaSettings
+from deploy.local.processes import free_ports
 from deploy.topics import PRODUCER_PARTITIONER, ensure_topics, partition_for
 from producers import SessionClient, draft
 from schemas import encode_event
@@ -42,18 +44,32 @@ def message(i: int) -> dict[str, Any]:
     }
 
 
+def scrape(port: int) -> dict[str, float]:
+    """The writer's unlabelled samples from its /metrics endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_writer(kafka: KafkaSettings, group: str, log: Path) -> subprocess.Popen[bytes]:
+def start_writer(
+    kafka: KafkaSettings, group: str, log: Path, metrics_port: int
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_KAFKA_", "DSH_WRITER_"))}
     env.update(
         DSH_KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
         DSH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
         DSH_WRITER_GROUP_ID=group,
-        DSH_WRITER_METRICS_PORT="0",
+        DSH_WRITER_METRICS_PORT=str(metrics_port),
         DSH_WRITER_SESSION_TIMEOUT_MS="6000",
     )
     with open(log, "wb") as out:
@@ -208,7 +224,8 @@ def main() -> int:
     )
     ensure_topics(kafka, args.partitions)
     log = Path(f"/tmp/writer-bench-{uuid.uuid4().hex[:6]}.log")
-    writer = start_writer(kafka, f"bench-writer-{uuid.uuid4().hex[:8]}", log)
+    (metrics_port,) = free_ports(1)
+    writer = start_writer(kafka, f"bench-writer-{uuid.uuid4().hex[:8]}", log, metrics_port)
     results: dict[str, Any] = {
         "partitions": args.partitions,
         "sessions": args.sessions,
@@ -229,6 +246,10 @@ def main() -> int:
             results["append_many_x10_events_per_s"] = sustained(
                 client, sessions, args.seconds, args.window // 10, per_command=10
             )
+            before = scrape(metrics_port)
+            before_commits = before["dsh_writer_transaction_commit_seconds_count"]
+            before_commit_s = before["dsh_writer_transaction_commit_seconds_sum"]
+            before_batch = before["dsh_writer_batch_commands_sum"]
             lat = paced_latency(
                 lambda i: client.append_async(
                     sessions[i % len(sessions)], "user/message", message(i), surface_op="append"
@@ -238,6 +259,16 @@ def main() -> int:
             )
             results["round_trip_p50_ms"] = percentile(lat, 0.5)
             results["round_trip_p99_ms"] = percentile(lat, 0.99)
+            after = scrape(metrics_port)
+            commits = after["dsh_writer_transaction_commit_seconds_count"] - before_commits
+            results["paced_mean_commit_ms"] = (
+                (after["dsh_writer_transaction_commit_seconds_sum"] - before_commit_s)
+                / commits
+                * 1000
+            )
+            results["paced_mean_batch"] = (
+                after["dsh_writer_batch_commands_sum"] - before_batch
+            ) / commits
     finally:
         writer.terminate()
         writer.wait(30)
@@ -255,6 +286,10 @@ def main() -> int:
             f"round trip at {args.rate:.0f}/s: p50 {results['round_trip_p50_ms']:.1f} ms, "
             f"p99 {results['round_trip_p99_ms']:.1f} ms; raw one-record transaction p50 "
             f"{raw['p50_ms']:.1f} ms, p99 {raw['p99_ms']:.1f} ms"
+        )
+        print(
+            f"  while paced: {results['paced_mean_batch']:.1f} commands per transaction, "
+            f"{results['paced_mean_commit_ms']:.1f} ms mean offsets+commit"
         )
     return 0
 

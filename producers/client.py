@@ -270,10 +270,14 @@ class SessionClient:
         next_expiry_check = 0.0
         while not self._closed.is_set():
             self._producer.poll(0)
-            first = self._replies.poll(0.02)
-            if first is not None:
-                for m in [first, *self._replies.consume(1000, 0)]:
-                    self._on_reply(m)
+            try:
+                first = self._replies.poll(0.02)
+                if first is not None:
+                    for m in [first, *self._replies.consume(1000, 0)]:
+                        self._on_reply(m)
+            except Exception:
+                # This thread resolves every future: it must outlive any one bad reply.
+                log.exception("serving replies")
             now = time.monotonic()
             if now >= next_expiry_check:
                 self._expire(now)

@@ -149,7 +149,8 @@ class Writer:
                 "transaction.timeout.ms": s.transaction_timeout_ms,
                 # librdkafka's default backoff puts a ~100 ms floor under back-to-back
                 # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
-                "retry.backoff.ms": 10,
+                "retry.backoff.ms": 1,
+                "retry.backoff.max.ms": 10,
                 "linger.ms": 1,
                 "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
             }
@@ -288,9 +289,9 @@ class Writer:
     def _process(self, records: list[Message]) -> None:
         assert self._producer is not None and self._consumer is not None
         producer = self._producer
-        producer.begin_transaction()
         offsets: dict[int, int] = {}
         try:
+            producer.begin_transaction()
             handled = 0
             for m in records:
                 p = m.partition()

@@ -1,0 +1,355 @@
+"""``dsh import``: publish a session file (any supported version) as a session, through the writer.
+
+The file is read with ``dsh.formats`` (v0/v1/v2 migrated to v3), validated locally with the
+core, and appended through :class:`SessionClient`, so the writer validates it exactly like live
+appends. Appends are pipelined in all-or-nothing batches, each with ``expected_seq`` (it can
+only ever commit at its own position) and a request id derived from the file's hash, the
+target session and the batch's seqs (a retried batch is answered once, never appended twice).
+
+An existing target session is resumed only when its events are a prefix of the file's (an
+interrupted import, re-run); any other existing session is refused. Event times are assigned
+by the writer: the file's times are not preserved (the append command carries none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dsh
+from deploy.config import KafkaSettings
+from dsh.errors import FormatError, RestoreError, SessionError, ValidationError, register_error
+from dsh.formats import read_jsonl
+from dsh.restore import restore
+
+Progress = Callable[[int, int], None]
+
+# Well under the writer's default command limit (512 KiB of Avro; JSON is larger than Avro
+# for the same events, so this is conservative) and the broker's 1 MB record limit.
+BATCH_MAX_JSON_BYTES = 128 * 1024
+BATCH_MAX_EVENTS = 256
+# Batches in flight: enough to keep the writer's batches full, few enough that a rejection
+# wastes little (the batches behind a rejected one fail their expected_seq and commit nothing).
+WINDOW = 16
+# Rounds of "re-read the session and continue from what committed" after timeouts or
+# expected-seq conflicts that made no progress, before giving up.
+MAX_STALLED_ROUNDS = 3
+
+# Envelope keys an append carries; seq and time are the writer's to assign.
+_DRAFT_KEYS = ("type", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
+
+
+@register_error
+class SessionImportError(SessionError):
+    default_code = "IMPORT"
+
+
+@register_error
+class ImportFileError(SessionImportError):
+    """``FILE_NOT_FOUND`` or ``FILE_UNREADABLE``."""
+
+    default_code = "FILE_NOT_FOUND"
+
+
+@register_error
+class ImportKafkaError(SessionImportError):
+    """``BROKER_UNREACHABLE`` or ``TOPIC_MISSING``: nothing was published."""
+
+    default_code = "BROKER_UNREACHABLE"
+
+
+@register_error
+class SessionExistsError(SessionImportError):
+    """The target session has events that are not a prefix of the file."""
+
+    default_code = "SESSION_EXISTS"
+
+
+@register_error
+class ImportRejectedError(SessionImportError):
+    """The writer refused a batch. ``error_class``/``error_code`` are the writer's; ``first_seq``
+    and ``last_seq`` bound the batch; events before it are committed (a re-run resumes)."""
+
+    default_code = "IMPORT_REJECTED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        error_class: str = "",
+        error_code: str = "",
+        first_seq: int = -1,
+        last_seq: int = -1,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.error_class = error_class
+        self.error_code = error_code
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    session_id: str
+    source_version: int  # the file's format version before migration
+    events: int  # events in the file (after migration)
+    already_present: int  # events the session held before this run (a resumed import)
+    published: int  # events appended by this run
+    final_seq: int  # last seq of the session, -1 if empty
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.session_id,
+            "sourceVersion": self.source_version,
+            "events": self.events,
+            "alreadyPresent": self.already_present,
+            "published": self.published,
+            "finalSeq": self.final_seq,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class _Batch:
+    first: int
+    drafts: tuple[dict[str, Any], ...]
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.drafts) - 1
+
+
+def read_session_file(path: str | Path) -> tuple[dsh.formats.SessionHeader, tuple[dsh.Event, ...], str]:
+    """Header, v3 events and the SHA-256 of the file's bytes; typed errors name the file."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ImportFileError(f"{p}: no such file", code="FILE_NOT_FOUND") from None
+    except OSError as exc:
+        raise ImportFileError(f"{p}: cannot read: {exc.strerror}", code="FILE_UNREADABLE") from None
+    try:
+        # The bytes already read, not the path again: the hash names exactly what is imported.
+        header, events = read_jsonl(raw.splitlines(keepends=True))
+    except FormatError as exc:
+        raise FormatError(f"{p}: {exc.message}", code=exc.code) from exc
+    return header, events, hashlib.sha256(raw).hexdigest()
+
+
+def validate_locally(session_id: str, events: Sequence[dsh.Event], origin: str) -> None:
+    """Restore with the core's rules first: a bad file fails naming its seq before anything is
+    published, instead of leaving a half-imported session behind."""
+    try:
+        restore(dsh.Session(session_id), events, None, mark_end=False)
+    except RestoreError as exc:
+        raise RestoreError(
+            f"{origin}: seq {exc.index} is not a valid continuation: {exc.message}",
+            index=exc.index,
+            code=exc.code,
+        ) from exc
+
+
+def check_kafka(kafka: KafkaSettings, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+    """Partition counts of ``topics``, or a typed error naming the fix. The client's own probe
+    waits 30 s; this one fails in ``timeout_s`` with an operator's message."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**kafka.client_config(), "socket.connection.setup.timeout.ms": 10_000})
+    try:
+        found = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise ImportKafkaError(
+            f"Kafka at {kafka.bootstrap_servers} did not answer in {timeout_s:g}s ({exc}); "
+            "is Kafka running? try `dsh up` (or set DSH_KAFKA_BOOTSTRAP_SERVERS)",
+            code="BROKER_UNREACHABLE",
+        ) from None
+    missing = [t for t in topics if t not in found]
+    if missing:
+        raise ImportKafkaError(
+            f"topic(s) {', '.join(missing)} missing on {kafka.bootstrap_servers}; `dsh up` "
+            "creates them locally (check DSH_KAFKA_TOPIC_PREFIX)",
+            code="TOPIC_MISSING",
+        )
+    return {t: len(found[t].partitions) for t in topics}
+
+
+def _wire(event: dsh.Event) -> dict[str, Any]:
+    w = event.to_json()
+    w.pop("time", None)
+    return w
+
+
+def _draft(event: dsh.Event) -> dict[str, Any]:
+    w = event.to_json()
+    return {k: w[k] for k in _DRAFT_KEYS if k in w}
+
+
+def _batches(events: Sequence[dsh.Event], start: int) -> list[_Batch]:
+    out: list[_Batch] = []
+    drafts: list[dict[str, Any]] = []
+    size = 0
+    first = start
+    for seq in range(start, len(events)):
+        d = _draft(events[seq])
+        n = len(json.dumps(d, separators=(",", ":")))
+        if drafts and (len(drafts) >= BATCH_MAX_EVENTS or size + n > BATCH_MAX_JSON_BYTES):
+            out.append(_Batch(first, tuple(drafts)))
+            drafts, size, first = [], 0, seq
+        drafts.append(d)
+        size += n
+    if drafts:
+        out.append(_Batch(first, tuple(drafts)))
+    return out
+
+
+def committed_prefix(
+    existing: Sequence[dsh.Event], events: Sequence[dsh.Event], session_id: str, origin: str
+) -> int:
+    """How many of the file's events the session already holds, or ``SessionExistsError``."""
+    for seq, have in enumerate(existing):
+        if seq >= len(events) or _wire(have) != _wire(events[seq]):
+            where = (
+                f"it has {len(existing)} events, the file {len(events)}"
+                if seq >= len(events)
+                else f"seq {seq} differs ({have.type} in the session, {events[seq].type} in the file)"
+            )
+            raise SessionExistsError(
+                f"session {session_id!r} already exists and is not a prefix of {origin} "
+                f"({where}); import it under a new id with --session-id NEW",
+                code="SESSION_EXISTS",
+            )
+    return len(existing)
+
+
+def import_events(
+    client: Any,
+    session_id: str,
+    events: Sequence[dsh.Event],
+    *,
+    file_hash: str,
+    origin: str,
+    progress: Progress | None = None,
+) -> tuple[int, int]:
+    """Append ``events`` (validated v3) to ``session_id`` through ``client`` (a SessionClient);
+    returns (events already present, events published by this call)."""
+    from producers.errors import AppendTimeoutError, ConflictError
+
+    present = committed_prefix(client.read(session_id).events(), events, session_id, origin)
+    done = present
+    published = 0
+    stalled = 0
+    if progress is not None:
+        progress(done, len(events))
+    while done < len(events):
+        in_flight: list[tuple[_Batch, Future[list[dsh.Event]]]] = []
+        failure: SessionError | None = None
+        batches = _batches(events, done)
+        next_batch = 0
+        before = done
+        while (next_batch < len(batches) or in_flight) and failure is None:
+            while next_batch < len(batches) and len(in_flight) < WINDOW:
+                b = batches[next_batch]
+                next_batch += 1
+                # Deterministic: a retry of this very batch is answered from the writer's
+                # request table, and expected_seq keeps any other copy from committing.
+                rid = f"import:{file_hash[:32]}:{session_id}:{b.first}:{len(b.drafts)}"
+                fut = client.append_many_async(
+                    session_id, b.drafts, expected_seq=b.first, request_id=rid
+                )
+                in_flight.append((b, fut))
+            b, fut = in_flight.pop(0)
+            try:
+                committed = fut.result()
+            except (AppendTimeoutError, ConflictError) as exc:
+                failure = exc
+                break
+            except ValidationError as exc:
+                raise ImportRejectedError(
+                    f"{origin}: the writer rejected seqs {b.first}..{b.last} of session "
+                    f"{session_id!r} with {type(exc).__name__} [{exc.code}]: {exc.message}; "
+                    f"seqs before {b.first} are committed (a re-run of a fixed file resumes)",
+                    error_class=type(exc).__name__,
+                    error_code=exc.code,
+                    first_seq=b.first,
+                    last_seq=b.last,
+                ) from exc
+            _check_reply(committed, b, session_id)
+            done = b.last + 1
+            published += len(committed)
+            if progress is not None:
+                progress(done, len(events))
+        for _, fut in in_flight:
+            # Those behind a failed batch: let each settle (a commit or a conflict) so the
+            # re-read below sees every outcome, not a race with them.
+            try:
+                fut.result()
+            except SessionError:
+                pass
+        if failure is None:
+            break
+        # A timeout (outcome unknown) or a conflict: the log decides what committed.
+        session = client.read(session_id)
+        now = committed_prefix(session.events(), events, session_id, origin)
+        published += max(0, now - done)
+        done = now
+        stalled = 0 if done > before else stalled + 1
+        if stalled >= MAX_STALLED_ROUNDS:
+            raise failure
+    return present, published
+
+
+def _check_reply(committed: Sequence[dsh.Event], batch: _Batch, session_id: str) -> None:
+    got = [(e.seq, e.type) for e in committed]
+    want = [(batch.first + i, d["type"]) for i, d in enumerate(batch.drafts)]
+    if got != want:  # a writer bug, never an input problem: stop before building on it
+        raise ImportRejectedError(
+            f"session {session_id!r}: the writer committed {got[:3]}… for seqs "
+            f"{batch.first}..{batch.last}",
+            code="IMPORT_REPLY_MISMATCH",
+            first_seq=batch.first,
+            last_seq=batch.last,
+        )
+
+
+def import_file(
+    path: str | Path,
+    *,
+    kafka: KafkaSettings | None = None,
+    session_id: str | None = None,
+    timeout: float = 30.0,
+    connect_timeout: float = 10.0,
+    progress: Progress | None = None,
+) -> ImportResult:
+    """Publish the session file at ``path`` as session ``session_id`` (default: the file's id)."""
+    from producers.client import SessionClient
+
+    started = time.perf_counter()
+    kafka = kafka or KafkaSettings()
+    header, events, file_hash = read_session_file(path)
+    target = session_id or header.id
+    validate_locally(target, events, str(path))
+    check_kafka(
+        kafka, [kafka.topic(n) for n in ("commands", "events", "replies")], connect_timeout
+    )
+    with SessionClient(settings=kafka, timeout=timeout) as client:
+        present, published = import_events(
+            client, target, events, file_hash=file_hash, origin=str(path), progress=progress
+        )
+    return ImportResult(
+        session_id=target,
+        source_version=header.source_version,
+        events=len(events),
+        already_present=present,
+        published=published,
+        final_seq=len(events) - 1,
+        seconds=time.perf_counter() - started,
+    )
