@@ -199,6 +199,8 @@ def raw_write(
             elif op == "R":
                 event_commands.append(("RPUSH", key, ops[i + 2]))
                 i += 3
+            elif op == "L":  # a replace on the node list: not in this workload
+                raise AssertionError("the benchmark workload has no replaces")
             else:
                 n = int(ops[i + 3])
                 event_commands.append(("XADD", key, ops[i + 2], *ops[i + 4 : i + 4 + 2 * n]))

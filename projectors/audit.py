@@ -5,9 +5,10 @@ for (request headers and contexts, attempts, tool errors, turn ends, fork lineag
 projections); reverse links say what later cited or shadowed each event, so "what did this
 summary replace" and "what replaced this message" are one read each.
 
-Keys of session ``S`` (prefix ``<prefix>:{S}:audit``): ``meta`` (applied, nodes, blocked),
-``events`` (seq → record), ``cited_by`` (seq → "a,b,…"), ``shadowed_by`` (seq → seq),
-``index`` (requests / attempts / errors / turns / lineage / projections / replaces → "a,b,…").
+Keys of session ``S`` (prefix ``<prefix>:{S}:audit``): ``meta`` (applied, blocked), ``nodes``
+(current nodes, a list), ``events`` (seq → record), ``cited_by`` (seq → "a,b,…"),
+``shadowed_by`` (seq → seq), ``index`` (requests / attempts / errors / turns / lineage /
+projections / replaces → "a,b,…").
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dsh.vocabulary import BUILTIN_PROJECTION_TYPES, CORE_TYPES
 from projectors.projection import NodesProjection, Op, dumps
 from projectors.surface_model import SurfaceState, step
 
-EVENTS, CITED_BY, SHADOWED_BY, INDEX = 2, 3, 4, 5
+EVENTS, CITED_BY, SHADOWED_BY, INDEX, NODES = 2, 3, 4, 5, 6
 # Types whose data the audit keeps whole, and the index each is listed under.
 INDEXED = {
     "request/header": "requests",
@@ -54,7 +55,7 @@ class AuditProjection(NodesProjection):
     def data_keys(self, session_id: str) -> list[str]:
         return [
             self.keys.session(session_id, "audit", part)
-            for part in ("events", "cited_by", "shadowed_by", "index")
+            for part in ("events", "cited_by", "shadowed_by", "index", "nodes")
         ]
 
     def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
@@ -86,4 +87,4 @@ class AuditProjection(NodesProjection):
             for source in ev.source_event_seqs:  # type: ignore[union-attr]
                 ops += ["A", CITED_BY, source, seq]
         ops += ["H", EVENTS, seq, dumps(record)]
-        return ops + self.node_ops(change, state)
+        return ops + self.node_ops(change, NODES)

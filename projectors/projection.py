@@ -68,18 +68,25 @@ class Projection(ABC, Generic[S]):
 
 
 class NodesProjection(Projection[SurfaceState]):
-    """A projection that keeps only the current node list (in its meta hash) next to its data:
-    enough to know what a replace shadows and to refuse a replace the core would refuse."""
+    """A projection that keeps the current node list (a Redis list, its last KEY) next to its
+    data: enough to know what a replace shadows and to refuse a replace the core would refuse.
+    An append is one RPUSH; only a replace rewrites the list, on the server."""
 
     def fresh(self) -> SurfaceState:
         return SurfaceState()
 
+    def nodes_key(self, session_id: str) -> str:
+        return self.keys.session(session_id, self.name, "nodes")
+
     def load_reads(self, session_id: str) -> list[tuple[Any, ...]]:
-        return [("HMGET", self.keys.meta(self.name, session_id), "applied", "nodes")]
+        return [
+            ("HGET", self.keys.meta(self.name, session_id), "applied"),
+            ("LRANGE", self.nodes_key(session_id), 0, -1),
+        ]
 
     def load(self, replies: Sequence[Any]) -> SurfaceState:
-        applied, nodes = replies[0]
-        seqs: list[int] = json.loads(nodes or b"[]")
+        applied, nodes = replies[:2]
+        seqs = [int(n) for n in nodes]
         info = {seq: Node("", None) for seq in seqs}
         return SurfaceState.restore(as_int(applied, -1), seqs, info, 0, 0)
 
@@ -87,7 +94,9 @@ class NodesProjection(Projection[SurfaceState]):
         return state.applied
 
     @staticmethod
-    def node_ops(change: SurfaceChange, state: SurfaceState) -> list[Op]:
+    def node_ops(change: SurfaceChange, index: int) -> list[Op]:
         if change.added is None:
             return []
-        return ["H", META, "nodes", dumps(state.surface.nodes)]
+        if change.shadowed:
+            return ["L", index, change.shadowed[0], change.shadowed[-1], change.added]
+        return ["R", index, change.added]

@@ -101,10 +101,11 @@ class Reader:
         pipe = self.client.pipeline(transaction=True)  # one consistent snapshot
         pipe.hgetall(k.meta("surface", session_id))
         pipe.hgetall(k.session(session_id, "surface", "messages"))
-        meta, messages = pipe.execute()
+        pipe.lrange(k.session(session_id, "surface", "nodes"), 0, -1)
+        meta, messages, nodes = pipe.execute()
         return SurfaceView(
             applied=int(meta.get(b"applied", -1)),
-            nodes=json.loads(meta.get(b"nodes", b"[]")),
+            nodes=[int(n) for n in nodes],
             replace_generation=int(meta.get(b"rg", 0)),
             content_generation=int(meta.get(b"cg", 0)),
             node_messages={int(f): json.loads(v) for f, v in messages.items()},

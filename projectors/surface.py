@@ -1,7 +1,8 @@
 """The surface projection: the model's view — current nodes, each node's current message
 (message projections applied through the same interpreters the core uses), generations.
 
-Keys of session ``S``: ``<prefix>:{S}:surface:meta`` (applied, nodes, rg, cg, blocked) and
+Keys of session ``S``: ``<prefix>:{S}:surface:meta`` (applied, rg, cg, blocked),
+``<prefix>:{S}:surface:nodes`` (the current nodes, a list) and
 ``<prefix>:{S}:surface:messages`` (node seq → ``{"type", "message", "data"?}``, current nodes
 only; ``data`` is kept for tool results, which a rewrite is checked against).
 """
@@ -16,10 +17,10 @@ from dsh.event import Event
 from dsh.json_snapshot import freeze
 from dsh.projections import Interpreter
 from projectors.keys import Keys
-from projectors.projection import META, Op, Projection, as_int, dumps
+from projectors.projection import META, NodesProjection, Op, Projection, as_int, dumps
 from projectors.surface_model import Node, SurfaceState, step
 
-MESSAGES = 2
+MESSAGES, NODES = 2, 3
 
 
 def node_record(node: Node) -> dict[str, Any]:
@@ -37,17 +38,20 @@ class SurfaceProjection(Projection[SurfaceState]):
         self.interpreters = dict(interpreters or {})
 
     def data_keys(self, session_id: str) -> list[str]:
-        return [self.keys.session(session_id, "surface", "messages")]
+        return [
+            self.keys.session(session_id, "surface", "messages"),
+            self.keys.session(session_id, "surface", "nodes"),
+        ]
 
     def fresh(self) -> SurfaceState:
         return SurfaceState()
 
     def load_reads(self, session_id: str) -> list[tuple[Any, ...]]:
-        meta, messages = self.all_keys(session_id)
-        return [("HGETALL", meta), ("HGETALL", messages)]
+        meta, messages, nodes = self.all_keys(session_id)
+        return [("HGETALL", meta), ("HGETALL", messages), ("LRANGE", nodes, 0, -1)]
 
     def load(self, replies: Sequence[Any]) -> SurfaceState:
-        meta, messages = replies
+        meta, messages, nodes = replies
         info = {}
         for field, value in messages.items():
             record = json.loads(value)
@@ -59,7 +63,7 @@ class SurfaceProjection(Projection[SurfaceState]):
             )
         return SurfaceState.restore(
             as_int(meta.get(b"applied"), -1),
-            json.loads(meta.get(b"nodes", b"[]")),
+            [int(n) for n in nodes],
             info,
             as_int(meta.get(b"rg"), 0),
             as_int(meta.get(b"cg"), 0),
@@ -78,8 +82,7 @@ class SurfaceProjection(Projection[SurfaceState]):
         added = () if change.added is None else (change.added,)
         for node in (*added, *change.rewritten):
             ops += ["H", MESSAGES, node, dumps(node_record(state.nodes[node]))]
-        if change.added is not None:
-            ops += ["H", META, "nodes", dumps(surface.nodes)]
+        ops += NodesProjection.node_ops(change, NODES)
         if before != (surface.replace_generation, surface.content_generation):
             ops += ["H", META, "rg", surface.replace_generation]
             ops += ["H", META, "cg", surface.content_generation]

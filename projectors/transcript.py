@@ -6,8 +6,8 @@ is ``<seq>-1``: XADD with an explicit id refuses an id at or below the stream's 
 replayed event can never be added twice, a UI tails the stream with XREAD BLOCK, and
 ``XRANGE key 7 7`` finds event 7. Compaction never removes an entry: a compacted turn stays.
 
-Keys of session ``S``: ``<prefix>:{S}:transcript:meta`` (applied, nodes, blocked) and
-``<prefix>:{S}:transcript`` (the stream).
+Keys of session ``S``: ``<prefix>:{S}:transcript:meta`` (applied, blocked),
+``<prefix>:{S}:transcript`` (the stream) and ``<prefix>:{S}:transcript:nodes`` (current nodes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dsh.session import is_append_surface_event
 from projectors.projection import NodesProjection, Op, dumps
 from projectors.surface_model import SurfaceState, step
 
-STREAM = 2
+STREAM, NODES = 2, 3
 PROGRESS_TYPES = frozenset({"tool/call", "assistant/attempt", "turn/start", "turn/end"})
 
 
@@ -38,7 +38,7 @@ class TranscriptProjection(NodesProjection):
     name = "transcript"
 
     def data_keys(self, session_id: str) -> list[str]:
-        return [self.keys.session(session_id, "transcript")]
+        return [self.keys.session(session_id, "transcript"), self.nodes_key(session_id)]
 
     def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
         change = step(state, ev, {}, full_checks=False)
@@ -47,4 +47,4 @@ class TranscriptProjection(NodesProjection):
         if kind is not None:
             fields = ("kind", kind, "type", ev.type, "event", dumps(ev.to_json()))
             ops += ["X", STREAM, entry_id(ev.seq), len(fields) // 2, *fields]
-        return ops + self.node_ops(change, state)
+        return ops + self.node_ops(change, NODES)

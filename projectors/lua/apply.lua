@@ -8,6 +8,8 @@
 --   D k field                HDEL
 --   A k field value          append ",value" to a hash field (reverse provenance links)
 --   R k value                RPUSH
+--   L k start end new        in list k, replace the run start..end (both present, start first)
+--                            by new: a surface replace on the node list
 -- Returns {status, applied}: 1 applied, 0 duplicate (seq <= applied), -1 gap (seq > applied+1:
 -- the projection lost state and must be rebuilt, never skipped ahead), -2 session blocked.
 local meta = KEYS[1]
@@ -45,6 +47,25 @@ while i <= n do
   elseif op == 'R' then
     redis.call('RPUSH', key, ARGV[i + 2])
     i = i + 3
+  elseif op == 'L' then
+    local first = redis.call('LPOS', key, ARGV[i + 2])
+    local last = redis.call('LPOS', key, ARGV[i + 3])
+    if first == last then
+      redis.call('LSET', key, first, ARGV[i + 4])
+    else
+      local tail = redis.call('LRANGE', key, last + 1, -1)
+      if first == 0 then
+        redis.call('DEL', key)
+      else
+        redis.call('LTRIM', key, 0, first - 1)
+      end
+      redis.call('RPUSH', key, ARGV[i + 4])
+      -- in slices: unpack() of a long list would overflow Lua's C stack
+      for from = 1, #tail, 1000 do
+        redis.call('RPUSH', key, unpack(tail, from, math.min(from + 999, #tail)))
+      end
+    end
+    i = i + 5
   elseif op == 'X' then
     local count = tonumber(ARGV[i + 3])
     local args = {'XADD', key, ARGV[i + 2]}

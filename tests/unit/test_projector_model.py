@@ -28,6 +28,7 @@ class FakeRedis:
     def __init__(self) -> None:
         self.hashes: dict[str, dict[bytes, bytes]] = {}
         self.streams: dict[str, list[tuple[str, dict[str, str]]]] = {}
+        self.lists: dict[str, list[bytes]] = {}
 
     def apply(self, keys: list[str], seq: int, ops: list[Any]) -> None:
         meta = self.hashes.setdefault(keys[0], {})
@@ -47,6 +48,16 @@ class FakeRedis:
                 old = h.get(field)
                 h[field] = (old + b"," if old else b"") + str(ops[i + 3]).encode()
                 i += 4
+            elif op == "R":
+                self.lists.setdefault(key, []).append(str(ops[i + 2]).encode())
+                i += 3
+            elif op == "L":
+                items = self.lists[key]
+                first = items.index(str(ops[i + 2]).encode())
+                last = items.index(str(ops[i + 3]).encode())
+                assert first <= last
+                items[first : last + 1] = [str(ops[i + 4]).encode()]
+                i += 5
             elif op == "X":
                 n = int(ops[i + 3])
                 fields = ops[i + 4 : i + 4 + 2 * n]
@@ -59,11 +70,15 @@ class FakeRedis:
 
     def reply(self, command: tuple[Any, ...]) -> Any:
         name, key, *fields = command
+        if name == "LRANGE":
+            return list(self.lists.get(key, []))
         h = self.hashes.get(key, {})
         if name == "HGETALL":
             return dict(h)
         if name == "HMGET":
             return [h.get(f.encode()) for f in fields]
+        if name == "HGET":
+            return h.get(fields[0].encode())
         raise AssertionError(name)
 
 
