@@ -237,3 +237,25 @@ def test_flushall_under_running_projectors_is_detected_and_rebuilt(
         report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
         assert report.ok, "\n".join(report.differences)
     assert partition_for(sessions[0].id, TEST_PARTITIONS) in range(TEST_PARTITIONS)
+
+
+def test_redis_connections_killed_under_load_still_apply_every_event_once(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    sessions = [simple_session(f"cut-{i}", turns=10) for i in range(20)]
+    publish(topics, interleave(*sessions))
+    last = {s.id: len(s) - 1 for s in sessions}
+    with projectors_running(topics, servers.redis_url, batch_size=20) as runtimes:
+        for _ in range(5):
+            time.sleep(0.15)
+            redis_client.client_kill_filter(_type="normal", skipme=True)
+        wait_until(lambda: _caught_up(redis_client, last), timeout_s=60, what="catching up")
+        stats = {name: dict(rt.stats) for name, rt in runtimes.items()}
+    for sid, want in last.items():
+        for projection in PROJECTIONS:
+            applies = redis_client.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
+            assert int(applies or 0) == want + 1, (sid, projection, stats)
+    reader = Reader(redis_client, Keys())
+    for session in sessions[:3]:
+        report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
+        assert report.ok, "\n".join(report.differences)
