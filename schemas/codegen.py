@@ -120,6 +120,7 @@ class RecordSource:
         self.w: list[str] = []
         self.r: list[str] = []
         self.locals: list[tuple[str, str]] = []
+        self.n_required = 0
         self.flushed = False
 
     def _bind(self, obj: Any) -> str:
@@ -129,6 +130,7 @@ class RecordSource:
 
     def _get_required(self, fname: str) -> None:
         self.names.append(fname)
+        self.n_required += 1
         self.w += [
             "try:",
             f"    x = v[{fname!r}]",
@@ -147,7 +149,6 @@ class RecordSource:
             f"if not ({_WRITE_CHECKS[kind]}):",
             f"    raise no_fit(RECORD, {fname!r} + ': expected {kind}, got ' + repr(x))",
             *_WRITE_BODY[kind],
-            "seen += 1",
         ]
 
     def optional_primitive(self, fname: str, kind: str) -> None:
@@ -190,7 +191,6 @@ class RecordSource:
         w = self._bind(writer)
         self.w += [
             f"{w}(x, buf)",
-            "seen += 1",
         ]
 
     def _tagged_lines(
@@ -224,7 +224,6 @@ class RecordSource:
         self._get_required(fname)
         self.w += [
             *self._tagged_lines("x", tagged, general),
-            "seen += 1",
         ]
 
     def required_array(
@@ -247,7 +246,6 @@ class RecordSource:
             "    for y in x:",
             *("        " + line for line in write_item),
             "buf += NULL_BRANCH",  # the 0 that ends the array
-            "seen += 1",
         ]
 
     def data_field(self, fname: str, writer: Callable[[Any, Any, bytearray], None]) -> None:
@@ -255,7 +253,6 @@ class RecordSource:
         w = self._bind(writer)
         self.w += [
             f"{w}(v.get('type'), x, buf)",
-            "seen += 1",
         ]
 
     def build_writer(self) -> Writer:
@@ -263,7 +260,7 @@ class RecordSource:
         body = [
             "if type(v) is not dict:",
             "    v = as_dict(v, RECORD)",
-            "seen = 0",
+            f"seen = {self.n_required}",  # every required key was found or we raised
             *self.w,
             "if seen != len(v):",
             f"    raise unexpected(RECORD, v, {known})",
