@@ -16,10 +16,6 @@ class Keys:
     def meta(self, projection: str, session_id: str) -> str:
         return self.session(session_id, projection, "meta")
 
-    def sessions(self, projection: str) -> str:
-        """Every session a projection has seen (for replay and listing; not slot-bound)."""
-        return f"{self.prefix}:sessions:{projection}"
-
     def blocked(self, projection: str) -> str:
         return f"{self.prefix}:blocked:{projection}"
 

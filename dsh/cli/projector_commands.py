@@ -24,6 +24,9 @@ def register(commands: Any) -> None:
     show.add_argument("projection", choices=PROJECTIONS)
     show.add_argument("session")
     show.add_argument("--json", action="store_true", help="print JSON")
+    show.add_argument(
+        "--follow", action="store_true", help="transcript: keep printing new entries (XREAD BLOCK)"
+    )
     show.set_defaults(handler=_show)
 
     verify = commands.add_parser(
@@ -71,12 +74,15 @@ def _show(args: argparse.Namespace) -> int:
         else:
             _print_surface(view)
     elif args.projection == "transcript":
-        entries = reader.transcript(args.session)
-        if args.json:
+        entries = reader.tail(args.session) if args.follow else reader.transcript(args.session)
+        if args.json and not args.follow:
             print(json.dumps([e.event | {"kind": e.kind} for e in entries], indent=2))
-        else:
-            for e in entries:
-                print(f"{e.seq:>6}  {e.type:<20} {_summary(e.event)}")
+            return 0
+        for e in entries:
+            if args.json:
+                print(json.dumps(e.event | {"kind": e.kind}), flush=True)
+            else:
+                print(f"{e.seq:>6}  {e.type:<20} {_summary(e.event)}", flush=True)
     else:
         audit = reader.audit(args.session)
         if args.json:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import struct
 import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -13,6 +14,7 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from deploy.config import KafkaSettings
+from deploy.local.processes import free_ports
 from deploy.topics import partition_for
 from projectors.keys import Keys
 from projectors.read_api import Reader
@@ -190,11 +192,25 @@ def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
     killed_at = progress()
     assert killed_at < 3 * total, "the projectors finished before the kill; make the load larger"
 
+    ports = dict(zip(PROJECTIONS, free_ports(3), strict=True))
     second = [
-        start_projector_process(p, topics, servers.redis_url, **settings) for p in PROJECTIONS
+        start_projector_process(
+            p, topics, servers.redis_url, **settings, DSH_PROJECTOR_METRICS_PORT=str(ports[p])
+        )
+        for p in PROJECTIONS
     ]
     try:
         wait_until(lambda: _caught_up(redis_client, last), timeout_s=60, what="the restart")
+        time.sleep(1.2)  # one more housekeeping round for the gauges
+        for projection, port in ports.items():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                exposed = r.read().decode()
+            applied_line = (
+                f'dsh_projector_events_total{{projector="{projection}",result="applied"}}'
+            )
+            assert applied_line in exposed
+            assert f'dsh_projector_lag{{partition="0",projector="{projection}"}} 0.0' in exposed
+            assert "dsh_projector_apply_seconds_bucket" in exposed
     finally:
         for process in second:
             process.send_signal(signal.SIGTERM)
