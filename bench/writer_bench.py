@@ -44,6 +44,12 @@ def message(i: int) -> dict[str, Any]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (steadier than wall time on a busy box)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def scrape(port: int) -> dict[str, float]:
     """The writer's unlabelled samples from its /metrics endpoint."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -240,12 +246,16 @@ def main() -> int:
             assert {partition_for(s, args.partitions) for s in sessions} == set(
                 range(args.partitions)
             )
-            results["append_async_events_per_s"] = sustained(
-                client, sessions, args.seconds, args.window, per_command=1
-            )
-            results["append_many_x10_events_per_s"] = sustained(
-                client, sessions, args.seconds, args.window // 10, per_command=10
-            )
+            for name, per_command in (("append_async", 1), ("append_many_x10", 10)):
+                cpu, commands = cpu_seconds(writer.pid), scrape(metrics_port)
+                results[f"{name}_events_per_s"] = sustained(
+                    client, sessions, args.seconds, args.window // per_command, per_command
+                )
+                done = scrape(metrics_port)["dsh_writer_batch_commands_sum"]
+                events = (done - commands["dsh_writer_batch_commands_sum"]) * per_command
+                results[f"{name}_writer_cpu_us_per_event"] = (
+                    (cpu_seconds(writer.pid) - cpu) / events * 1e6
+                )
             before = scrape(metrics_port)
             before_commits = before["dsh_writer_transaction_commit_seconds_count"]
             before_commit_s = before["dsh_writer_transaction_commit_seconds_sum"]
@@ -286,6 +296,11 @@ def main() -> int:
             f"round trip at {args.rate:.0f}/s: p50 {results['round_trip_p50_ms']:.1f} ms, "
             f"p99 {results['round_trip_p99_ms']:.1f} ms; raw one-record transaction p50 "
             f"{raw['p50_ms']:.1f} ms, p99 {raw['p99_ms']:.1f} ms"
+        )
+        print(
+            f"  writer CPU per event: {results['append_async_writer_cpu_us_per_event']:.0f} µs "
+            f"(1 per command), {results['append_many_x10_writer_cpu_us_per_event']:.0f} µs "
+            "(10 per command)"
         )
         print(
             f"  while paced: {results['paced_mean_batch']:.1f} commands per transaction, "

@@ -13,6 +13,7 @@ by the writer: the file's times are not preserved (the append command carries no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -25,7 +26,7 @@ from typing import Any
 import dsh
 from deploy.config import KafkaSettings
 from dsh.errors import FormatError, RestoreError, SessionError, ValidationError, register_error
-from dsh.formats import read_jsonl
+from dsh.formats import SessionHeader, read_jsonl
 from dsh.restore import restore
 
 Progress = Callable[[int, int], None]
@@ -127,7 +128,7 @@ class _Batch:
         return self.first + len(self.drafts) - 1
 
 
-def read_session_file(path: str | Path) -> tuple[dsh.formats.SessionHeader, tuple[dsh.Event, ...], str]:
+def read_session_file(path: str | Path) -> tuple[SessionHeader, tuple[dsh.Event, ...], str]:
     """Header, v3 events and the SHA-256 of the file's bytes; typed errors name the file."""
     p = Path(path)
     try:
@@ -220,7 +221,8 @@ def committed_prefix(
             where = (
                 f"it has {len(existing)} events, the file {len(events)}"
                 if seq >= len(events)
-                else f"seq {seq} differs ({have.type} in the session, {events[seq].type} in the file)"
+                else f"seq {seq} differs: {have.type} in the session, {events[seq].type} in "
+                "the file"
             )
             raise SessionExistsError(
                 f"session {session_id!r} already exists and is not a prefix of {origin} "
@@ -290,10 +292,8 @@ def import_events(
         for _, fut in in_flight:
             # Those behind a failed batch: let each settle (a commit or a conflict) so the
             # re-read below sees every outcome, not a race with them.
-            try:
+            with contextlib.suppress(SessionError):
                 fut.result()
-            except SessionError:
-                pass
         if failure is None:
             break
         # A timeout (outcome unknown) or a conflict: the log decides what committed.
@@ -303,6 +303,13 @@ def import_events(
         done = now
         stalled = 0 if done > before else stalled + 1
         if stalled >= MAX_STALLED_ROUNDS:
+            if isinstance(failure, AppendTimeoutError):
+                raise SessionImportError(
+                    f"{origin}: no writer answered for session {session_id!r} "
+                    f"({failure.message}); is a writer running? start one with `dsh writer`, "
+                    f"then re-run the import: it resumes after seq {done - 1}",
+                    code="WRITER_TIMEOUT",
+                ) from failure
             raise failure
     return present, published
 
@@ -337,9 +344,7 @@ def import_file(
     header, events, file_hash = read_session_file(path)
     target = session_id or header.id
     validate_locally(target, events, str(path))
-    check_kafka(
-        kafka, [kafka.topic(n) for n in ("commands", "events", "replies")], connect_timeout
-    )
+    check_kafka(kafka, [kafka.topic(n) for n in ("commands", "events", "replies")], connect_timeout)
     with SessionClient(settings=kafka, timeout=timeout) as client:
         present, published = import_events(
             client, target, events, file_hash=file_hash, origin=str(path), progress=progress

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 from types import FrameType
@@ -15,6 +16,9 @@ def serve_writer(log_level: str = "INFO") -> int:
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Sessions are long-lived, acyclic trees of small containers: with the default thresholds
+    # the cycle collector rescans them over and over and finds nothing (see BENCHMARKS.md).
+    gc.set_threshold(100_000, 50, 100)
     settings = WriterSettings()
     writer = Writer(KafkaSettings(), settings)
     if settings.metrics_port:

@@ -151,7 +151,9 @@ class Writer:
                 # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
                 "retry.backoff.ms": 1,
                 "retry.backoff.max.ms": 10,
-                "linger.ms": 1,
+                # Commit flushes at once whatever the linger; a long one only spares the
+                # broker threads a wake-up per record while a batch is being produced.
+                "linger.ms": 100,
                 "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
             }
         )
