@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 import redis
@@ -319,6 +320,111 @@ def latency(kafka: KafkaSettings, redis_url: str, rate: int, seconds: float) -> 
     return [visible[s] - t for s, t in committed.items() if s in visible]
 
 
+def _record_ack(acked: list[float], t0: float, _: Any) -> None:
+    acked.append(time.perf_counter() - t0)
+
+
+def end_to_end(
+    kafka: KafkaSettings, redis_url: str, rate: int, seconds: float, partitions: int
+) -> tuple[list[float], list[float]]:
+    """``SessionClient.append_async`` → writer (`dsh writer`, its own process) → events →
+    `dsh project surface` (its own process) → the event's seq visible as applied in Redis.
+    20 sessions, `rate` appends/s in total, one turn open per session."""
+    from deploy.local.processes import free_ports
+    from producers import SessionClient
+
+    run = uuid.uuid4().hex[:8]
+    # Topics of its own: the writer restores its partitions from the events topic at start.
+    kafka = kafka.model_copy(update={"topic_prefix": f"bench-e2e-{run}.dsh.session"})
+    ensure_topics(kafka, partitions)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    base.update(
+        DSH_KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
+        DSH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "dsh.cli", "writer"],
+        env={
+            **base,
+            "DSH_WRITER_GROUP_ID": f"bench-w-{run}",
+            "DSH_WRITER_METRICS_PORT": str(free_ports(1)[0]),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    projector = subprocess.Popen(
+        [sys.executable, "-m", "dsh.cli", "project", "surface"],
+        env={
+            **base,
+            "DSH_REDIS_URL": redis_url,
+            "DSH_PROJECTOR_GROUP_PREFIX": f"bench-{run}",
+            "DSH_PROJECTOR_KEY_PREFIX": f"bench-{run}",
+            "DSH_PROJECTOR_POLL_TIMEOUT_S": "0.05",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis.from_url(redis_url)
+    sessions = [f"e2e-{run}-{i}" for i in range(20)]
+    meta = [f"bench-{run}:{{{sid}}}:surface:meta" for sid in sessions]
+    submitted: dict[tuple[int, int], float] = {}
+    acked: list[float] = []  # client round trips: append → committed reply
+    visible: dict[tuple[int, int], float] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        seen = [-1] * len(sessions)
+        while not stop.is_set():
+            pipe = client.pipeline(transaction=False)
+            for key in meta:
+                pipe.hget(key, "applied")
+            now = time.perf_counter()
+            for i, value in enumerate(pipe.execute()):
+                applied = -1 if value is None else int(value)
+                for seq in range(seen[i] + 1, applied + 1):
+                    visible[(i, seq)] = now
+                seen[i] = max(seen[i], applied)
+            time.sleep(0.001)
+
+    try:
+        with SessionClient(settings=kafka) as sc:
+            for sid in sessions:  # warm up: writer owns its partitions, projector joined
+                sc.append(sid, "turn/start", {"turn": 1})
+            deadline = time.monotonic() + 60
+            while client.hget(meta[-1], "applied") is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            started = time.perf_counter()
+            futures = []
+            n = 0
+            while time.perf_counter() - started < seconds:
+                i = n % len(sessions)
+                data = {
+                    "id": f"u{n}",
+                    "role": "user",
+                    "source": {"kind": "user"},
+                    "content": [{"type": "text", "text": f"message {n}"}],
+                }
+                t0 = time.perf_counter()
+                fut = sc.append_async(sessions[i], "user/message", data, surface_op="append")
+                fut.add_done_callback(partial(_record_ack, acked, t0))
+                futures.append((i, t0, fut))
+                n += 1
+                time.sleep(max(0.0, started + n / rate - time.perf_counter()))
+            for i, t0, fut in futures:
+                submitted[(i, fut.result(30).seq)] = t0
+            time.sleep(1.0)
+            stop.set()
+            watcher.join(5)
+    finally:
+        for process in (projector, writer):
+            process.terminate()
+            process.wait(30)
+        delete_prefix(client, f"bench-{run}")
+    return [visible[k] - t for k, t in submitted.items() if k in visible], acked
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", default="127.0.0.1:19092")
@@ -327,6 +433,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=25)
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--skip-end-to-end", action="store_true", help="no writer in the loop")
+    parser.add_argument("--only-end-to-end", action="store_true")
     args = parser.parse_args()
 
     kafka = KafkaSettings(
@@ -334,29 +442,45 @@ def main() -> None:
     )
     redis_settings = RedisSettings(url=SecretStr(args.redis_url))
     ensure_topics(kafka, args.partitions)
+    if args.only_end_to_end:
+        args.sessions = 0
     sessions = [session(f"s{i}", args.turns) for i in range(args.sessions)]
     values = [(s.id, encode(s.id, e.to_json())) for s in sessions for e in s.events()]
     # Interleave sessions as concurrent writers would.
     values.sort(key=lambda v: (int(decode(v[0].encode(), v[1], 0, 0).seq), v[0]))  # type: ignore[union-attr]
-    publish(kafka, values)
     total = len(values)
     out: dict[str, Any] = {"events": total, "sessions": args.sessions}
-    for name in PROJECTIONS:
+    for name in PROJECTIONS if total else ():
+        if name == PROJECTIONS[0]:
+            publish(kafka, values)
         rate, cpu = throughput(kafka, redis_settings, name, total)
         out[f"{name}_events_per_s"] = round(rate)
         out[f"{name}_cpu_us_per_event"] = round(cpu * 1e6, 1)
         out[f"{name}_raw_redis_events_per_s"] = round(
             raw_write(kafka, redis_settings, name, values)
         )
-    for name in PROJECTIONS:
+    for name in PROJECTIONS if total else ():
         out[f"replay_{name}_records_per_s"] = round(replay_rate(kafka, redis_settings, (name,)))
-    out["replay_all_three_records_per_s"] = round(replay_rate(kafka, redis_settings, PROJECTIONS))
-    lat = latency(kafka, args.redis_url, 1000, args.latency_seconds)
+    if total:
+        out["replay_all_three_records_per_s"] = round(
+            replay_rate(kafka, redis_settings, PROJECTIONS)
+        )
+    lat = [] if args.only_end_to_end else latency(kafka, args.redis_url, 1000, args.latency_seconds)
     if lat:
         q = statistics.quantiles(lat, n=100)
         out["latency_samples"] = len(lat)
         out["latency_p50_ms"] = round(statistics.median(lat) * 1000, 1)
         out["latency_p99_ms"] = round(q[98] * 1000, 1)
+    if not args.skip_end_to_end:
+        e2e, acked = end_to_end(kafka, args.redis_url, 1000, args.latency_seconds, args.partitions)
+        if acked:
+            out["e2e_client_ack_p50_ms"] = round(statistics.median(acked) * 1000, 1)
+            out["e2e_client_ack_p99_ms"] = round(statistics.quantiles(acked, n=100)[98] * 1000, 1)
+        if e2e:
+            q = statistics.quantiles(e2e, n=100)
+            out["e2e_samples"] = len(e2e)
+            out["e2e_p50_ms"] = round(statistics.median(e2e) * 1000, 1)
+            out["e2e_p99_ms"] = round(q[98] * 1000, 1)
     print(json.dumps(out, indent=2))
 
 
