@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from dsh.cli import projector_commands, stack_commands, writer_commands
+from dsh.cli import io_commands, projector_commands, stack_commands, writer_commands
 from dsh.errors import SessionError
 
 DESCRIPTION = """\
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     stack_commands.register(commands)
     projector_commands.register(commands)
     writer_commands.register(commands)
+    io_commands.register(commands)
     return parser
 
 

@@ -1,0 +1,178 @@
+"""`dsh import` and `dsh export`: session files in, Avro container files out.
+
+Handlers import the services lazily: `import dsh` stays free of Kafka and the codec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+IMPORT_HELP = """\
+Publish a session file (JSON Lines, format v0..v3; older versions are migrated to v3) as a
+session, through the writer: every event is validated exactly like a live append. The file is
+checked locally first, so a bad line or an invalid event fails before anything is published.
+
+The session id is the file's own unless --session-id is given. If that session already exists:
+when its events are a prefix of the file's (an interrupted import), the import resumes after
+them; when they are all of them, nothing is appended; otherwise the import is refused
+(SESSION_EXISTS) -- import under another id with --session-id NEW.
+
+Event times are assigned by the writer at import; the file's times are not preserved.
+A writer must be running (`dsh writer`)."""
+
+EXPORT_HELP = """\
+Write the events topic (read_committed, every partition) to Avro object container files, for
+analytics engines: DIR/date=YYYY-MM-DD/part-<partition>-<firstOffset>-<lastOffset>.avro, the
+SessionEvent schema embedded in each file. DIR/_offsets.json is the checkpoint: a re-run
+exports only records after it, and a crashed run never leaves duplicates behind.
+--from-beginning re-exports everything and replaces the directory's files."""
+
+
+def register(commands: Any) -> None:
+    imp = commands.add_parser(
+        "import",
+        help="publish a session file (v0..v3) as a session through the writer",
+        description=IMPORT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    imp.add_argument("file", metavar="FILE.jsonl")
+    imp.add_argument("--session-id", metavar="ID", help="default: the id in the file's header")
+    imp.add_argument("--json", action="store_true", help="print the result as JSON")
+    imp.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the broker before giving up (default 10)",
+    )
+    imp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    imp.set_defaults(handler=_import)
+
+    exp = commands.add_parser(
+        "export",
+        help="write the events topic to date-partitioned Avro files (incremental)",
+        description=EXPORT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    exp.add_argument("directory", metavar="DIR")
+    exp.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="ignore the checkpoint: export every record again, replacing DIR's files",
+    )
+    exp.add_argument(
+        "--codec",
+        choices=("deflate", "snappy", "null"),
+        default="deflate",
+        help="container block compression (default deflate; snappy needs cramjam)",
+    )
+    exp.add_argument("--json", action="store_true", help="print the result as JSON")
+    exp.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the broker before giving up (default 10)",
+    )
+    exp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    exp.set_defaults(handler=_export)
+
+
+def progress_bar(
+    unit: str, stream: TextIO = sys.stderr, width: int = 30
+) -> Callable[[int, int], None]:
+    """A one-line bar redrawn in place; a finished bar ends its line."""
+    started = time.perf_counter()
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done < total and now - last[0] < 0.1:
+            return  # redraw at most ten times a second
+        last[0] = now
+        filled = width if total <= 0 else min(width, width * done // total)
+        rate = done / max(now - started, 1e-9)
+        stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {unit} {rate:,.0f}/s"
+        )
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def _progress(args: argparse.Namespace, unit: str) -> Callable[[int, int], None] | None:
+    # Only for a person watching: a redrawn line is noise in a log file or a pipe.
+    if args.no_progress or args.json or not sys.stderr.isatty():
+        return None
+    return progress_bar(unit)
+
+
+def _kafka() -> Any:
+    from deploy.config import KafkaSettings
+
+    return KafkaSettings()
+
+
+def _import(args: argparse.Namespace) -> int:
+    from producers.importer import import_file
+
+    result = import_file(
+        args.file,
+        kafka=_kafka(),
+        session_id=args.session_id,
+        connect_timeout=args.timeout,
+        progress=_progress(args, "events"),
+    )
+    if args.json:
+        print(json.dumps({"file": args.file, **result.to_json()}))
+        return 0
+    migrated = f", migrated from v{result.source_version}" if result.source_version != 3 else ""
+    resumed = (
+        f" ({result.already_present} were already there: resumed)" if result.already_present else ""
+    )
+    print(
+        f"imported {args.file}{migrated} as session {result.session_id}: "
+        f"{result.published} events published, final seq {result.final_seq}{resumed} "
+        f"in {result.seconds:.2f}s"
+    )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from projectors.export import export
+
+    result = export(
+        args.directory,
+        kafka=_kafka(),
+        from_beginning=args.from_beginning,
+        codec=args.codec,
+        connect_timeout=args.timeout,
+        progress=_progress(args, "records"),
+    )
+    summary = result.to_json()
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    for p, lost in sorted(result.skipped.items()):
+        print(
+            f"warning: partition {p}: {lost} records were deleted by retention before export",
+            file=sys.stderr,
+        )
+    if not result.records:
+        print(f"{args.directory}: up to date with {result.topic}, nothing new to export")
+        return 0
+    print(
+        f"exported {result.records} records of {result.topic} into {len(result.files)} file(s) "
+        f"under {args.directory} ({result.bytes:,} bytes) in {result.seconds:.2f}s "
+        f"({summary['recordsPerSecond']:,} records/s)"
+    )
+    for name in result.files:
+        print(f"  {name}")
+    return 0

@@ -1,0 +1,468 @@
+"""`dsh import` and `dsh export` against the real broker and a writer: files of every format
+version arrive as the sessions `read_jsonl` gives; export → re-import is lossless; a re-run of
+an export adds nothing, an export after new events adds only their ranges, and a run that
+crashes before or after its commit point never duplicates a record; each error path names its
+fix."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+import dsh
+from deploy.config import KafkaSettings
+from deploy.local.processes import free_ports
+from deploy.topics import ensure_topics
+from dsh.cli import main
+from dsh.formats import read_jsonl, write_jsonl
+from producers import SessionClient
+from producers.importer import ImportRejectedError, SessionExistsError, import_file
+from projectors import export as export_mod
+from projectors.export import MANIFEST, export, read_export
+from projectors.records import Record
+from projectors.topic_reader import scan_partitions
+from schemas import draft
+from tests.conftest import TEST_PARTITIONS, Servers
+from tests.integration.writer_support import (
+    run_script_in_process,
+    running_writer,
+    user,
+    without_time,
+    writer_settings,
+)
+
+FORMATS = Path(__file__).resolve().parents[1] / "unit" / "data" / "formats"
+# Small enough that one oversized event is cheap to build; the writer refuses it, not the core.
+MAX_EVENT_BYTES = 20_000
+
+
+def _text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+def _v2_lines(session_id: str) -> list[dict[str, Any]]:
+    """A v2 file: the prompt in request/header.header.system (changed once, mid-turn), an
+    empty tools list, and a {op,start,end} replace citing what it hides."""
+    call = {"type": "tool-call", "id": "c1", "name": "echo", "arguments": "{}"}
+    model = {"kind": "model", "provider": "mock", "model": "m1"}
+    result_block = {
+        "type": "tool-result",
+        "toolCallId": "c1",
+        "content": [_text("42")],
+        "isError": False,
+    }
+    events: list[dict[str, Any]] = [
+        {"type": "turn/start", "data": {"turn": 1}},
+        {"type": "step/start", "data": {"turn": 1, "step": 1}},
+        {"type": "user/message", "data": user("u1", "weather?"), "surfaceOp": "append"},
+        {
+            "type": "request/header",
+            "data": {"header": {"config": {}, "system": "Be brief.", "tools": []}, "reason": "x"},
+        },
+        {
+            "type": "assistant/message",
+            "data": {
+                "turn": 1,
+                "step": 1,
+                "message": {
+                    "id": "a1",
+                    "role": "assistant",
+                    "content": [_text("looking"), call],
+                    "source": model,
+                },
+                "stream": [{"t": 0, "kind": "text", "text": "looking"}],
+            },
+            "surfaceOp": "append",
+        },
+        {
+            "type": "tool/call",
+            "data": {"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": "{}"},
+        },
+        {
+            "type": "tool/result",
+            "data": {
+                "turn": 1,
+                "step": 1,
+                "message": {
+                    "id": "r1",
+                    "role": "user",
+                    "content": [result_block],
+                    "source": {"kind": "tool", "callId": "c1"},
+                },
+            },
+            "surfaceOp": "append",
+            "sourceEventSeqs": [5],
+        },
+        {"type": "step/end", "data": {"turn": 1, "step": 1}},
+        {"type": "step/start", "data": {"turn": 1, "step": 2}},
+        {
+            "type": "request/header",
+            "data": {"header": {"config": {}, "system": "Be very brief."}, "reason": "x"},
+        },
+        {
+            "type": "assistant/message",
+            "data": {
+                "turn": 1,
+                "step": 2,
+                "message": {
+                    "id": "a2",
+                    "role": "assistant",
+                    "content": [_text("42")],
+                    "source": model,
+                },
+                "stream": [{"t": 0, "kind": "text", "text": "42"}],
+            },
+            "surfaceOp": "append",
+        },
+        {"type": "step/end", "data": {"turn": 1, "step": 2}},
+        {"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}},
+        {"type": "turn/start", "data": {"turn": 2}},
+        {
+            "type": "user/message",
+            "data": user("sum", "asked, looked, got 42"),
+            "surfaceOp": {"op": "replace", "start": 4, "end": 6},
+            "sourceEventSeqs": [4, 6],
+        },
+        {"type": "turn/end", "data": {"turn": 2, "reason": {"kind": "completed"}}},
+    ]
+    header = {"type": "session", "version": 2, "id": session_id, "createdAt": 3000}
+    return [header] + [{**e, "seq": i, "time": 3000 + i} for i, e in enumerate(events)]
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _v3_file(path: Path, session_id: str) -> Path:
+    """A native v3 file: the writer tests' multi-turn script (a compaction replace included)."""
+    session = dsh.Session.create(session_id)
+    run_script_in_process(session)
+    write_jsonl(path, session_id, session.events())
+    return path
+
+
+@pytest.fixture(scope="module")
+def kafka(servers: Servers) -> KafkaSettings:
+    """One topic prefix for the module: a writer takes seconds to own its partitions, so the
+    tests share one and use their own session ids (export tests count what they add)."""
+    settings = KafkaSettings(
+        bootstrap_servers=servers.bootstrap_servers,
+        topic_prefix=f"test-io-{uuid.uuid4().hex[:10]}.dsh.session",
+    )
+    ensure_topics(settings, TEST_PARTITIONS)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def writer(kafka: KafkaSettings) -> Iterator[None]:
+    with running_writer(kafka, writer_settings(max_event_bytes=MAX_EVENT_BYTES)):
+        yield
+
+
+@pytest.fixture(scope="module")
+def client(kafka: KafkaSettings, writer: None) -> Iterator[SessionClient]:
+    with SessionClient(settings=kafka, timeout=20) as c:
+        yield c
+
+
+@pytest.fixture
+def cli_env(kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch) -> KafkaSettings:
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
+    monkeypatch.setenv("DSH_KAFKA_TOPIC_PREFIX", kafka.topic_prefix)
+    return kafka
+
+
+def _sid(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+# -- import ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_import_of_each_format_version_equals_read_jsonl(
+    version: int, tmp_path: Path, kafka: KafkaSettings, client: SessionClient
+) -> None:
+    sid = _sid(f"v{version}")
+    if version == 0:
+        path = FORMATS / "v0_legacy.jsonl"
+    elif version == 1:
+        path = FORMATS / "v1_attempts.jsonl"
+    elif version == 2:
+        path = _write_lines(tmp_path / "v2.jsonl", _v2_lines("v2-prompt"))
+    else:
+        path = _v3_file(tmp_path / "v3.jsonl", "v3-native")
+    header, expected = read_jsonl(path)
+    assert header.source_version == version
+
+    result = import_file(path, kafka=kafka, session_id=sid)
+
+    assert (result.session_id, result.source_version) == (sid, version)
+    assert (result.published, result.final_seq) == (len(expected), len(expected) - 1)
+    got = client.read(sid).events()
+    assert without_time(got) == without_time(expected)
+    # Times are the writer's: monotone, not the file's.
+    assert all(a.time <= b.time for a, b in itertools.pairwise(got))
+
+
+def test_import_is_idempotent_resumes_a_prefix_and_refuses_a_different_session(
+    tmp_path: Path, kafka: KafkaSettings, client: SessionClient
+) -> None:
+    path = _v3_file(tmp_path / "s.jsonl", "s")
+    _, expected = read_jsonl(path)
+    sid = _sid("resume")
+    # An interrupted import: the first 7 events are already there.
+    client.append_many(
+        sid,
+        [
+            draft(
+                w["type"],
+                w["data"],
+                surface_op=w.get("surfaceOp"),
+                source_event_seqs=w.get("sourceEventSeqs"),
+            )
+            for w in (e.to_json() for e in expected[:7])
+        ],
+    )
+    first = import_file(path, kafka=kafka, session_id=sid)
+    assert (first.already_present, first.published) == (7, len(expected) - 7)
+    again = import_file(path, kafka=kafka, session_id=sid)
+    assert (again.already_present, again.published) == (len(expected), 0)
+    assert without_time(client.read(sid).events()) == without_time(expected)
+
+    other = FORMATS / "v1_attempts.jsonl"
+    with pytest.raises(SessionExistsError) as info:
+        import_file(other, kafka=kafka, session_id=sid)
+    assert info.value.code == "SESSION_EXISTS" and "--session-id" in info.value.message
+    assert len(client.read(sid)) == len(expected)
+
+
+def test_cli_import_prints_the_session_and_a_writer_rejection_names_class_code_and_seq(
+    tmp_path: Path, cli_env: KafkaSettings, client: SessionClient, capsys: Any
+) -> None:
+    sid = _sid("cli")
+    assert main(["import", str(FORMATS / "v1_attempts.jsonl"), "--session-id", sid, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sessionId"] == sid and out["sourceVersion"] == 1
+    assert out["published"] == 24 and out["finalSeq"] == 23
+
+    assert main(["import", str(FORMATS / "v0_legacy.jsonl"), "--session-id", _sid("h")]) == 0
+    assert "16 events published, final seq 15" in capsys.readouterr().out
+
+    # Valid for the core, too big for this writer (MAX_EVENT_BYTES): only the writer refuses.
+    lines = [
+        {"type": "session", "version": 3, "id": "big", "createdAt": 1},
+        {"type": "user/message", "seq": 0, "time": 1, "data": user("u0"), "surfaceOp": "append"},
+        {
+            "type": "user/message",
+            "seq": 1,
+            "time": 2,
+            "data": user("u1", "x" * (MAX_EVENT_BYTES + 1000)),
+            "surfaceOp": "append",
+        },
+    ]
+    path = _write_lines(tmp_path / "big.jsonl", lines)
+    big = _sid("big")
+    with pytest.raises(ImportRejectedError) as info:
+        import_file(path, kafka=cli_env, session_id=big)
+    err = info.value
+    assert (err.code, err.error_class, err.error_code) == (
+        "IMPORT_REJECTED",
+        "PayloadTooLargeError",
+        "EVENT_TOO_LARGE",
+    )
+    assert "seqs 0..1" in err.message  # one all-or-nothing batch: nothing of it committed
+    assert len(client.read(big)) == 0
+    assert main(["import", str(path), "--session-id", big]) == 1
+    assert "[IMPORT_REJECTED]" in capsys.readouterr().err
+
+
+def test_import_error_paths_name_the_fix(
+    tmp_path: Path, servers: Servers, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    good = str(FORMATS / "v0_legacy.jsonl")
+
+    assert main(["import", str(tmp_path / "missing.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert "[FILE_NOT_FOUND]" in err and "missing.jsonl" in err
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type":"session","version":3,"id":"b","createdAt":1}\n{not json\n')
+    assert main(["import", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.jsonl" in err and "line 2" in err
+
+    invalid = _write_lines(
+        tmp_path / "invalid.jsonl",
+        [
+            {"type": "session", "version": 3, "id": "i", "createdAt": 1},
+            {"type": "step/start", "seq": 0, "time": 1, "data": {"turn": 1, "step": 1}},
+        ],
+    )
+    assert main(["import", str(invalid)]) == 1  # checked locally: no broker needed
+    err = capsys.readouterr().err
+    assert "[NO_OPEN_TURN]" in err and "seq 0" in err
+
+    (port,) = free_ports(1)
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
+    assert main(["import", good, "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "[BROKER_UNREACHABLE]" in err and "dsh up" in err
+
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", servers.bootstrap_servers)
+    monkeypatch.setenv("DSH_KAFKA_TOPIC_PREFIX", f"absent-{uuid.uuid4().hex[:8]}")
+    assert main(["import", good, "--timeout", "10"]) == 1
+    err = capsys.readouterr().err
+    assert "[TOPIC_MISSING]" in err and "dsh up" in err
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def _topic_records(kafka: KafkaSettings) -> list[tuple[str, int]]:
+    """(session id, seq) of every committed record of the events topic."""
+    out = []
+    for item in scan_partitions(kafka, kafka.topic("events"), range(TEST_PARTITIONS)):
+        assert isinstance(item, Record), item
+        out.append((item.session_id, item.seq))
+    return out
+
+
+def _exported(directory: Path) -> list[tuple[str, int]]:
+    return [(r.session_id, r.event["seq"]) for r in read_export(directory)]
+
+
+def test_export_round_trip_reimports_equal(
+    tmp_path: Path, kafka: KafkaSettings, client: SessionClient
+) -> None:
+    sids = {
+        _sid("rt-v1"): FORMATS / "v1_attempts.jsonl",
+        _sid("rt-v2"): _write_lines(tmp_path / "v2.jsonl", _v2_lines("x")),
+    }
+    for sid, path in sids.items():
+        import_file(path, kafka=kafka, session_id=sid)
+    out = tmp_path / "export"
+    result = export(out, kafka=kafka)
+    assert result.records == len(_topic_records(kafka))
+
+    # What an analytics engine sees: container files with the schema embedded, by date.
+    files = sorted(out.glob("date=*/part-*.avro"))
+    assert [str(f.relative_to(out)) for f in files] == result.files
+    with open(files[0], "rb") as fh:
+        reader = fastavro.reader(fh)
+        schema: Any = reader.writer_schema
+        assert reader.codec == "deflate"
+        assert schema["name"] == "dsh.v1.SessionEvent"
+
+    sessions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in read_export(out):
+        sessions[record.session_id].append(record.event)
+    for sid in sids:
+        exported = sorted(sessions[sid], key=lambda e: e["seq"])
+        # Exactly the committed events, times included.
+        assert exported == [e.to_json() for e in client.read(sid).events()]
+        path = tmp_path / f"{sid}.jsonl"
+        write_jsonl(path, sid, exported)
+        again = _sid("reimported")
+        import_file(path, kafka=kafka, session_id=again)
+        assert without_time(client.read(again).events()) == without_time(
+            dsh.Event.from_json(e) for e in exported
+        )
+
+
+def test_export_is_incremental_and_never_duplicates(
+    tmp_path: Path, cli_env: KafkaSettings, capsys: Any
+) -> None:
+    kafka = cli_env
+    import_file(FORMATS / "v0_legacy.jsonl", kafka=kafka, session_id=_sid("inc"))
+    out = tmp_path / "export"
+    assert main(["export", str(out), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["records"] > 0
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["pending"] == {"renames": [], "deletes": []}
+    files_before = sorted(out.glob("date=*/part-*.avro"))
+
+    assert main(["export", str(out), "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (second["records"], second["files"]) == (0, [])
+    assert sorted(out.glob("date=*/part-*.avro")) == files_before
+
+    import_file(FORMATS / "v1_attempts.jsonl", kafka=kafka, session_id=_sid("inc-new"))
+    assert main(["export", str(out)]) == 0
+    assert "exported 24 records" in capsys.readouterr().out
+    # The new files start where the checkpoint stood.
+    for name in set(out.glob("date=*/part-*.avro")) - set(files_before):
+        _, p, lo, _hi = name.stem.split("-")
+        assert int(lo) >= manifest["offsets"][p]
+
+    records = _exported(out)
+    assert Counter(records).most_common(1)[0][1] == 1  # no duplicates
+    assert sorted(records) == sorted(_topic_records(kafka))  # and nothing missing
+
+    # --from-beginning rebuilds the directory: the same records, once.
+    assert main(["export", str(out), "--from-beginning", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == len(records)
+    assert sorted(_exported(out)) == sorted(records)
+
+
+def test_export_crash_before_or_after_the_commit_point_never_duplicates(
+    tmp_path: Path, kafka: KafkaSettings, client: SessionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import_file(FORMATS / "v0_legacy.jsonl", kafka=kafka, session_id=_sid("crash"))
+    out = tmp_path / "export"
+
+    class Crash(Exception):
+        pass
+
+    def crash(*_: Any) -> None:
+        raise Crash
+
+    # Before the checkpoint is written: the run leaves nothing behind.
+    with monkeypatch.context() as m:
+        m.setattr(export_mod.Manifest, "save", crash)
+        with pytest.raises(Crash):
+            export(out, kafka=kafka)
+    assert not list(out.glob("date=*/*part-*"))
+    assert not (out / MANIFEST).exists()
+
+    # After it, before the renames: the next run rolls them forward and adds nothing.
+    with monkeypatch.context() as m:
+        m.setattr(export_mod.Manifest, "roll_forward", crash)
+        with pytest.raises(Crash):
+            export(out, kafka=kafka)
+    assert not list(out.glob("date=*/part-*.avro"))  # only temporaries, owed by the manifest
+    owed = json.loads((out / MANIFEST).read_text())["pending"]["renames"]
+    assert owed
+
+    rerun = export(out, kafka=kafka)
+    assert rerun.records == 0
+    records = _exported(out)
+    assert Counter(records).most_common(1)[0][1] == 1
+    assert sorted(records) == sorted(_topic_records(kafka))
+    assert len(list(out.glob("date=*/part-*.avro"))) == len(owed)
+
+
+def test_export_error_paths_name_the_fix(
+    tmp_path: Path, servers: Servers, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    (port,) = free_ports(1)
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
+    assert main(["export", str(tmp_path / "a"), "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "[BROKER_UNREACHABLE]" in err and "dsh up" in err
+
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", servers.bootstrap_servers)
+    monkeypatch.setenv("DSH_KAFKA_TOPIC_PREFIX", f"absent-{uuid.uuid4().hex[:8]}")
+    assert main(["export", str(tmp_path / "b"), "--timeout", "10"]) == 1
+    err = capsys.readouterr().err
+    assert "[TOPIC_MISSING]" in err and "dsh up" in err
