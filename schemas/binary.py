@@ -396,6 +396,21 @@ class _Compiler:
 
         return r_union
 
+    def _simple_branches(self, branches: list[Any]) -> dict[int, list[tuple[str, str]]]:
+        """Index byte → fields of the branches that are flat records of required strings and
+        longs (read inline by the generated code)."""
+        simple: dict[int, list[tuple[str, str]]] = {}
+        for i, b in enumerate(branches):
+            node = self.resolve(b)
+            if not (isinstance(node, dict) and node["type"] == "record"):
+                continue
+            if node["name"] == JSON_VALUE:
+                continue
+            kinds = [(f["name"], self.resolve(f["type"])) for f in node["fields"]]
+            if all(k in ("string", "long") for _, k in kinds):
+                simple[2 * i] = kinds
+        return simple
+
     def _record_reader(self, node: dict[str, Any]) -> Reader:
         src = RecordSource(node["name"])
         for f in node["fields"]:
@@ -410,13 +425,18 @@ class _Compiler:
                 else:
                     src.read_optional(fname, self.reader(rt[1]))
             elif isinstance(rt, list):
-                src.read_union(fname, self.union_table(rt), "null" in map(self.resolve, rt))
+                src.read_union(
+                    fname,
+                    self.union_table(rt),
+                    "null" in map(self.resolve, rt),
+                    self._simple_branches(rt),
+                )
             elif isinstance(rt, dict) and rt["type"] == "array":
                 items = self.resolve(rt["items"])
-                table = None
+                table, simple = None, {}
                 if isinstance(items, list) and "null" not in map(self.resolve, items):
-                    table = self.union_table(items)
-                src.read_array(fname, self.reader(rt), table, self.reader(items))
+                    table, simple = self.union_table(items), self._simple_branches(items)
+                src.read_array(fname, self.reader(rt), table, self.reader(items), simple)
             else:
                 src.read(fname, self.reader(ftype))
         return src.build_reader()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schemas.avro_io import (
@@ -121,6 +121,7 @@ class RecordSource:
         self.r: list[str] = []
         self.locals: list[tuple[str, str]] = []
         self.n_required = 0
+        self.inline = 0
         self.flushed = False
 
     def _bind(self, obj: Any) -> str:
@@ -311,17 +312,49 @@ class RecordSource:
             "    raise bad_index(pos)",
         ]
 
-    def read_union(self, fname: str, table: tuple[Reader | None, ...], has_null: bool) -> None:
+    def _dispatch(
+        self, table: tuple[Reader | None, ...], simple: Mapping[int, Sequence[tuple[str, str]]]
+    ) -> list[str]:
+        """Lines that read one union value into ``x``. Branches that are flat records of
+        strings and longs (blocks, sources, deltas) are read inline, saving a call each."""
         t = self._bind(table)
-        self.r += [
-            "b = data[pos]",
+        lines = ["b = data[pos]"]
+        for i, (byte, fields) in enumerate(sorted(simple.items())):
+            lines += [f"{'if' if i == 0 else 'elif'} b == {byte}:", "    pos += 1"]
+            names = []
+            for fname, kind in fields:
+                local = f"s{self.inline}"
+                self.inline += 1
+                names.append((fname, local))
+                lines += ["    " + line for line in _read_lines(kind, local)]
+            lines.append("    x = {" + ", ".join(f"{f!r}: {v}" for f, v in names) + "}")
+        general = [
             f"r = {t}[b] if b < 128 else None",
             "if r is None:",
             "    raise bad_index(pos)",
+            "x, pos = r(data, pos + 1)",
         ]
+        if simple:
+            lines += ["else:", *("    " + line for line in general)]
+        else:
+            lines += general
+        return lines
+
+    def read_union(
+        self,
+        fname: str,
+        table: tuple[Reader | None, ...],
+        has_null: bool,
+        simple: Mapping[int, Sequence[tuple[str, str]]],
+    ) -> None:
         if has_null:
+            t = self._bind(table)
             self._flush()
             self.r += [
+                "b = data[pos]",
+                f"r = {t}[b] if b < 128 else None",
+                "if r is None:",
+                "    raise bad_index(pos)",
                 "if r is not r_null:",
                 "    x, pos = r(data, pos + 1)",
                 "    if x is not ABSENT:",
@@ -330,7 +363,8 @@ class RecordSource:
                 "    pos += 1",
             ]
         else:
-            self.r.append(f"{self._target(fname)}, pos = r(data, pos + 1)")
+            self.r += self._dispatch(table, simple)
+            self.r.append(f"{self._target(fname)} = x")
 
     def read_array(
         self,
@@ -338,19 +372,13 @@ class RecordSource:
         general: Reader,
         item_table: tuple[Reader | None, ...] | None,
         item: Reader,
+        simple: Mapping[int, Sequence[tuple[str, str]]],
     ) -> None:
         """Inline the usual case, a first block with a small count; anything else (counts of 64
         or more, negative counts) goes to the general array reader."""
         g, it = self._bind(general), self._bind(item)
         if item_table is not None:
-            t = self._bind(item_table)
-            read_item = [
-                "    b = data[pos]",
-                f"    r = {t}[b] if b < 128 else None",
-                "    if r is None:",
-                "        raise bad_index(pos)",
-                "    x, pos = r(data, pos + 1)",
-            ]
+            read_item = ["    " + line for line in self._dispatch(item_table, simple)]
         else:
             read_item = [f"    x, pos = {it}(data, pos)"]
         target = self._target(fname)
