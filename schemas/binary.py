@@ -33,7 +33,7 @@ from schemas.avro_io import (
     write_json_value,
     write_str,
 )
-from schemas.codegen import RecordSource
+from schemas.codegen import RecordSource, Tagged
 from schemas.convert import EVENT_TYPE_ATTR, JSON_VALUE, NoFit
 from schemas.errors import CorruptRecordError, UnencodableError
 
@@ -300,13 +300,19 @@ class _Compiler:
                 src.required(fname, self.writer(ftype))
         return src.build_writer()
 
-    def _tagged(self, branches: list[Any]) -> tuple[str, dict[str, tuple[bytes, Writer]]] | None:
-        """(tag field, tag value → (index bytes, record writer)) of a tagged union, else None."""
+    def _tagged(self, branches: list[Any]) -> Tagged | None:
+        """The tagged-union description of ``branches`` (see codegen.Tagged), else None."""
         typed, _ = self._branches(branches)
         field, by_tag = union_tags([node for _, _, node in typed])
         if field is None:
             return None
-        return field, {value: (typed[i][0], typed[i][1]) for value, i in by_tag.items()}
+        simple = {}
+        for value, i in by_tag.items():
+            index, _, node = typed[i]
+            kinds = [(f["name"], self.resolve(f["type"])) for f in node["fields"]]
+            if all(k in ("string", "long") for _, k in kinds):
+                simple[value] = (index, kinds)
+        return field, {value: (typed[i][0], typed[i][1]) for value, i in by_tag.items()}, simple
 
     def _is_data_union(self, ftype: Any) -> bool:
         return isinstance(ftype, list) and any(

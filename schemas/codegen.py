@@ -17,9 +17,14 @@ from schemas.avro_io import (
     read_block_count,
     read_long,
     read_null,
+    write_str,
 )
 from schemas.convert import NoFit
 from schemas.errors import CorruptRecordError
+
+# A tagged union: (tag field, tag value → (index bytes, record writer), and for its flat
+# branches tag value → (index bytes, [(field, "string" | "long")])).
+Tagged = tuple[str, dict[str, tuple[bytes, Writer]], dict[str, tuple[bytes, list[tuple[str, str]]]]]
 
 # --- generated record code ---------------------------------------------------------------
 # Like dataclasses, we build each record's writer and reader as Python source once, at schema
@@ -53,6 +58,21 @@ _WRITE_CHECKS = {
     "int": "type(x) is int and -2147483648 <= x <= 2147483647",
     "boolean": "type(x) is bool",
 }
+_PY_TYPE = {"string": "str", "long": "int"}
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+def _write_lines(kind: str, var: str) -> list[str]:
+    if kind == "string":
+        return [
+            f"b = {var}.encode()",
+            "n = len(b)",
+            "buf += SMALL[n] if n < 4096 else long_bytes(n)",
+            "buf += b",
+        ]
+    return [f"buf += SMALL[{var}] if 0 <= {var} < 4096 else long_bytes({var})"]
+
+
 _WRITE_BODY = {
     "string": [
         "b = x.encode()",
@@ -194,19 +214,35 @@ class RecordSource:
             f"{w}(x, buf)",
         ]
 
-    def _tagged_lines(
-        self, target: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
-    ) -> list[str]:
+    def _tagged_lines(self, target: str, tagged: Tagged, general: Writer) -> list[str]:
         """Write ``target`` through its tagged branch; on a misfit (rare) the general union
-        writer starts over and ends in the JsonValue branch."""
-        field, table = tagged
+        writer starts over and ends in the JsonValue branch. Flat branches (records of
+        required strings and longs) are checked and written inline, saving a call each."""
+        field, table, simple = tagged
         t, g = self._bind(table), self._bind(general)
-        return [
-            f"if type({target}) is dict:",
-            f"    tag = {target}.get({field!r})",
-            f"    br = {t}.get(tag) if type(tag) is str else None",
-            "else:",
-            "    br = None",
+        lines = [f"tag = {target}.get({field!r}) if type({target}) is dict else None"]
+        for i, (value, (index, fields)) in enumerate(simple.items()):
+            conds = [f"tag == {value!r}", f"len({target}) == {len(fields)}"]
+            body: list[str] = []
+            for fname, kind in fields:
+                if fname == field:  # the tag itself: constant bytes
+                    const = bytearray(b"" if body else index)
+                    write_str(value, const)
+                    body.append(f"buf += {self._bind(bytes(const))}")
+                    continue
+                local = f"a{self.inline}"
+                self.inline += 1
+                cond = f"type({local} := {target}.get({fname!r})) is {_PY_TYPE[kind]}"
+                if kind == "long":
+                    cond += f" and {LONG_MIN} <= {local} <= {LONG_MAX}"
+                conds.append(cond)
+                if not body:
+                    body.append(f"buf += {self._bind(index)}")
+                body += _write_lines(kind, local)
+            lines.append(f"{'if' if i == 0 else 'elif'} " + " and ".join(conds) + ":")
+            lines += ["    " + line for line in body]
+        general_lines = [
+            f"br = {t}.get(tag) if type(tag) is str else None",
             "if br is None:",
             f"    {g}({target}, buf)",
             "else:",
@@ -218,10 +254,11 @@ class RecordSource:
             "        del buf[mark:]",
             f"        {g}({target}, buf)",
         ]
+        if simple:
+            return [*lines, "else:", *("    " + line for line in general_lines)]
+        return lines + general_lines
 
-    def required_tagged(
-        self, fname: str, tagged: tuple[str, dict[str, tuple[bytes, Writer]]], general: Writer
-    ) -> None:
+    def required_tagged(self, fname: str, tagged: Tagged, general: Writer) -> None:
         self._get_required(fname)
         self.w += [
             *self._tagged_lines("x", tagged, general),
@@ -230,7 +267,7 @@ class RecordSource:
     def required_array(
         self,
         fname: str,
-        tagged: tuple[str, dict[str, tuple[bytes, Writer]]] | None,
+        tagged: Tagged | None,
         item: Writer,
     ) -> None:
         self._get_required(fname)
