@@ -2,12 +2,14 @@
 
 fastavro interprets the schema for every value it writes or reads, and on a 2-core machine that
 costs about half a microsecond per field: a 1 KB event is 40 to 90 fields, so it could not reach
-the 100,000 events/s we need. This module compiles each schema into closures that check a wire
-value against the typed record and write its Avro bytes in one pass, and read bytes straight
-back into wire JSON. It implements exactly the Avro features our schemas use (records, enums,
-arrays, maps, unions, null/boolean/int/long/double/string); anything else is rejected when the
-schema is compiled. fastavro stays the reference: tests check that both produce the same bytes
-and the same values, and reading across schema versions (Avro resolution) is left to fastavro.
+the 100,000 events/s we need. This module compiles each schema once: records become generated
+straight-line functions (:mod:`schemas.codegen`), everything else closures over the primitives
+of :mod:`schemas.avro_io`. Writers check a wire value against the typed record and write its
+Avro bytes in one pass; readers turn bytes straight back into wire JSON. It implements exactly
+the Avro features our schemas use (records, enums, arrays, maps, unions, null, boolean, int,
+long, double, string); anything else is rejected when the schema is compiled. fastavro stays
+the reference: tests check that both produce the same bytes and the same values, and reading
+across schema versions (Avro resolution) is left to fastavro.
 
 The JSON ⇄ Avro rule is the one in :mod:`schemas.convert`: a null field is an absent key, a
 typed record is written only when the value fits it exactly, else the nearest union falls back
