@@ -373,6 +373,21 @@ def _read(
 # -- the run ------------------------------------------------------------------------------
 
 
+def _check_codec(codec: str) -> None:
+    """Fail before reading anything when fastavro cannot write ``codec`` here."""
+    if codec not in CODECS:
+        raise ExportError(f"codec {codec!r}: choose one of {', '.join(CODECS)}", code="CODEC")
+    from fastavro.write import Writer
+
+    try:
+        Writer(io.BytesIO(), default_store().current(SESSION_EVENT).schema, codec=codec)
+    except ValueError as exc:  # snappy without cramjam installed
+        raise ExportError(
+            f"codec {codec} is not available: {exc}; use --codec deflate",
+            code="CODEC_UNAVAILABLE",
+        ) from None
+
+
 def export(
     directory: str | Path,
     *,
@@ -385,8 +400,7 @@ def export(
 ) -> ExportResult:
     """Export what the events topic holds beyond ``directory``'s checkpoint (everything with
     ``from_beginning``, which replaces the directory's files)."""
-    if codec not in CODECS:
-        raise ExportError(f"codec {codec!r}: choose one of {', '.join(CODECS)}", code="CODEC")
+    _check_codec(codec)
     started = time.perf_counter()
     kafka = kafka or KafkaSettings()
     topic = kafka.topic("events")

@@ -19,13 +19,21 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import redis
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
 from projectors import metrics
 from projectors.dlq import DeadLetters
 from projectors.errors import PoisonRecordError
+from projectors.fold import Image
 from projectors.projection import Projection, dumps
 from projectors.records import Poison, Record, decode, encode
 from projectors.scripts import APPLY, BLOCK, load_all
@@ -123,12 +131,13 @@ class Runtime(Generic[S]):
             try:
                 self.process(messages)
                 return
-            except redis.ConnectionError as exc:
-                # Nothing is committed; the cache may be ahead of Redis, so forget it.
+            except (redis.ConnectionError, redis.TimeoutError, KafkaException) as exc:
+                # Nothing is committed and applying again is harmless; the cache may be ahead
+                # of Redis, so forget it.
                 self.cache.clear()
                 if stop.is_set():
                     raise
-                log.warning("projector %s: Redis unavailable (%s); retrying", self.name, exc)
+                log.warning("projector %s: %s; retrying the batch", self.name, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -144,13 +153,18 @@ class Runtime(Generic[S]):
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.cache.clear()
-        if not self.redis.exists(self._initialized_key()):
+        try:
+            if self.redis.exists(self._initialized_key()):
+                return
             # Redis holds nothing of this projection (new, or lost while we were down): the
             # committed offsets say nothing about it, so replay the whole topic.
             log.info("projector %s: Redis is empty; replaying from the start", self.name)
             for tp in partitions:
                 tp.offset = OFFSET_BEGINNING
             self.redis.set(self._initialized_key(), self.instance)
+        except redis.RedisError as exc:
+            # Unknown: the sentinel check notices an empty Redis once it answers again.
+            log.warning("projector %s: on assign: %s", self.name, exc)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.cache.clear()
@@ -159,6 +173,12 @@ class Runtime(Generic[S]):
         return f"{self.keys.prefix}:projection:{self.name}:initialized"
 
     def _housekeeping(self, consumer: Consumer) -> None:
+        try:
+            self._check_redis(consumer)
+        except redis.RedisError as exc:  # the next round tries again; batches retry on their own
+            log.warning("projector %s: housekeeping: %s", self.name, exc)
+
+    def _check_redis(self, consumer: Consumer) -> None:
         now = time.monotonic()
         if now < self._next_check and not self._replay_pending:
             return
@@ -412,14 +432,12 @@ class Runtime(Generic[S]):
         self, sid: str, items: Sequence[Record | Poison]
     ) -> tuple[list[tuple[Any, ...]], S, bool]:
         state = self.projection.fresh()
-        keys = self.projection.all_keys(sid)
-        commands: list[tuple[Any, ...]] = [
-            ("DEL", *keys),
-            ("SREM", self.keys.blocked(self.name), sid),
-        ]
+        image = Image(self.projection.all_keys(sid))
+        block: list[tuple[Any, ...]] = []
         for item in items:
             if isinstance(item, Poison):
-                return commands + self._block_commands(item, -1), state, True
+                block = self._block_commands(item, -1)
+                break
             applied = self.projection.applied(state)
             if item.seq <= applied:
                 continue  # a duplicate in the log itself; never applied twice
@@ -431,9 +449,16 @@ class Runtime(Generic[S]):
                 ops = self.projection.plan(state, item.event)
             except SessionError as exc:
                 poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
-                return commands + self._block_commands(poison, item.seq), state, True
-            commands.append(("EVALSHA", APPLY.sha, len(keys), *keys, item.seq, *ops))
-        return commands, state, False
+                block = self._block_commands(poison, item.seq)
+                break
+            image.apply(item.seq, ops)
+        commands: list[tuple[Any, ...]] = [
+            ("DEL", *image.keys),
+            ("SREM", self.keys.blocked(self.name), sid),
+            *image.commands(),
+            *block,
+        ]
+        return commands, state, bool(block)
 
 
 def _execute_checked(pipe: Any) -> None:
