@@ -118,7 +118,7 @@ def test_java_decodes_generated_records(java_decode: JavaRun) -> None:
     records: list[tuple[str, bytes]] = []
 
     @settings(
-        max_examples=300,
+        max_examples=200,
         deadline=None,
         database=None,
         suppress_health_check=[HealthCheck.too_slow],
