@@ -401,7 +401,8 @@ def export(
     progress: Progress | None = None,
 ) -> ExportResult:
     """Export what the events topic holds beyond ``directory``'s checkpoint (everything with
-    ``from_beginning``, which replaces the directory's files)."""
+    ``from_beginning``, which replaces the directory's files). ``connect_timeout`` bounds the
+    first contact with the broker, ``timeout`` a read that makes no progress."""
     _check_codec(codec)
     started = time.perf_counter()
     kafka = kafka or KafkaSettings()
@@ -429,7 +430,18 @@ def export(
         count = _partitions(kafka, topic, connect_timeout)
         consumer = _consumer(kafka)
         try:
-            _run(root, consumer, topic, count, manifest, from_beginning, codec, result, progress)
+            _run(
+                root,
+                consumer,
+                topic,
+                count,
+                manifest,
+                from_beginning,
+                codec,
+                timeout,
+                result,
+                progress,
+            )
         finally:
             consumer.close()
     result.seconds = time.perf_counter() - started
@@ -444,6 +456,7 @@ def _run(
     manifest: Manifest | None,
     from_beginning: bool,
     codec: str,
+    timeout: float,
     result: ExportResult,
     progress: Progress | None,
 ) -> None:
@@ -473,7 +486,7 @@ def _run(
     current = default_store().current(SESSION_EVENT).header
     committed_run = False
     try:
-        for p, offset, value in _read(consumer, topic, ranges, 60.0):
+        for p, offset, value in _read(consumer, topic, ranges, timeout):
             try:
                 record = decode_event(value, codec=codec_)
                 body = (

@@ -27,7 +27,13 @@ from dsh.formats import read_jsonl, write_jsonl
 from producers import SessionClient
 from producers.importer import ImportRejectedError, SessionExistsError, import_file
 from projectors import export as export_mod
-from projectors.export import MANIFEST, export, read_export
+from projectors.export import (
+    MANIFEST,
+    ExportBusyError,
+    ExportManifestError,
+    export,
+    read_export,
+)
 from projectors.records import Record
 from projectors.topic_reader import scan_partitions
 from schemas import draft
@@ -472,3 +478,32 @@ def test_export_error_paths_name_the_fix(
     assert main(["export", str(tmp_path / "b"), "--timeout", "10"]) == 1
     err = capsys.readouterr().err
     assert "[TOPIC_MISSING]" in err and "dsh up" in err
+
+
+def test_export_refuses_a_foreign_or_ahead_checkpoint_and_a_concurrent_run(
+    tmp_path: Path, kafka: KafkaSettings, client: SessionClient
+) -> None:
+    import fcntl
+
+    import_file(FORMATS / "v0_legacy.jsonl", kafka=kafka, session_id=_sid("guard"))
+    out = tmp_path / "export"
+    export(out, kafka=kafka)
+    manifest = json.loads((out / MANIFEST).read_text())
+
+    foreign = {**manifest, "topic": "another.dsh.session.events"}
+    (out / MANIFEST).write_text(json.dumps(foreign))
+    with pytest.raises(ExportManifestError) as info:
+        export(out, kafka=kafka)
+    assert info.value.code == "MANIFEST_TOPIC"
+
+    # A checkpoint past the topic's end: the topic was recreated, or this is another cluster.
+    ahead = {**manifest, "offsets": {p: o + 1_000_000 for p, o in manifest["offsets"].items()}}
+    (out / MANIFEST).write_text(json.dumps(ahead))
+    with pytest.raises(ExportManifestError) as info:
+        export(out, kafka=kafka)
+    assert info.value.code == "MANIFEST_AHEAD" and "--from-beginning" in info.value.message
+
+    with open(out / "_lock", "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(ExportBusyError):
+            export(out, kafka=kafka)
