@@ -18,7 +18,7 @@ from typing import Any
 
 from dsh.event import Event
 from dsh.vocabulary import BUILTIN_PROJECTION_TYPES, CORE_TYPES
-from projectors.projection import NodesProjection, Op, dumps
+from projectors.projection import NodesProjection, Op, dumps, wire_of
 from projectors.surface_model import SurfaceState, step
 
 EVENTS, CITED_BY, SHADOWED_BY, INDEX, NODES = 2, 3, 4, 5, 6
@@ -61,7 +61,7 @@ class AuditProjection(NodesProjection):
     def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
         seq = ev.seq
         change = step(state, ev, {}, full_checks=False)
-        wire = ev.to_json()
+        wire = wire_of(ev)
         record: dict[str, Any] = {"type": ev.type, "time": ev.time}
         for key in ("surfaceOp", "sourceEventSeqs", "ignorable"):
             if key in wire:

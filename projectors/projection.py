@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from dsh.event import Event
+from dsh.event import Event, Replace
 from projectors.keys import Keys
 from projectors.surface_model import Node, SurfaceChange, SurfaceState
 
@@ -24,6 +24,20 @@ META = 1  # KEYS index of the meta hash in every projection
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def wire_of(ev: Event) -> dict[str, Any]:
+    """The event's wire JSON for ``dumps``, sharing its frozen data instead of thawing a copy
+    as ``Event.to_json()`` does (the frozen containers are dict and list subclasses)."""
+    out: dict[str, Any] = {"type": ev.type, "seq": ev.seq, "time": ev.time, "data": ev.data}
+    op = ev.surface_op
+    if op is not None:
+        out["surfaceOp"] = op.to_json() if isinstance(op, Replace) else op
+    if ev.source_event_seqs is not None:
+        out["sourceEventSeqs"] = ev.source_event_seqs
+    if ev.ignorable:
+        out["ignorable"] = True
+    return out
 
 
 def as_int(value: bytes | str | None, default: int) -> int:

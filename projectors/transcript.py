@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dsh.event import Event
 from dsh.session import is_append_surface_event
-from projectors.projection import NodesProjection, Op, dumps
+from projectors.projection import NodesProjection, Op, dumps, wire_of
 from projectors.surface_model import SurfaceState, step
 
 STREAM, NODES = 2, 3
@@ -45,6 +45,6 @@ class TranscriptProjection(NodesProjection):
         kind = kind_of(ev)
         ops: list[Op] = []
         if kind is not None:
-            fields = ("kind", kind, "type", ev.type, "event", dumps(ev.to_json()))
+            fields = ("kind", kind, "type", ev.type, "event", dumps(wire_of(ev)))
             ops += ["X", STREAM, entry_id(ev.seq), len(fields) // 2, *fields]
         return ops + self.node_ops(change, NODES)
