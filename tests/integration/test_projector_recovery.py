@@ -12,17 +12,22 @@ from typing import Any
 
 import redis
 from confluent_kafka import Consumer, TopicPartition
+from pydantic import SecretStr
 
-from deploy.config import KafkaSettings
+from deploy.config import KafkaSettings, RedisSettings
 from deploy.local.processes import free_ports
 from deploy.topics import partition_for
 from projectors.keys import Keys
 from projectors.read_api import Reader
+from projectors.replay import replay
+from projectors.service import build_runtime
+from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import verify
 from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     CLOCK_MS,
+    OFFLOAD,
     applied,
     events_of,
     interleave,
@@ -160,9 +165,21 @@ def test_a_missing_interpreter_blocks_the_surface_of_that_session_only(
             ),
             what="plain fully projected, needs-offload blocked on its surface",
         )
-    reason = Reader(redis_client, Keys()).blocked("surface", needs.id)
+    reader = Reader(redis_client, Keys())
+    reason = reader.blocked("surface", needs.id)
     assert reason is not None and reason["code"] == "MISSING_INTERPRETER"
     assert "image/offload" in reason["message"]
+
+    # Once the interpreter is configured, replaying the session unblocks it.
+    settings = ProjectorSettings(projections=f"image/offload={OFFLOAD}")
+    runtime = build_runtime(
+        "surface", topics, RedisSettings(url=SecretStr(servers.redis_url)), settings
+    )
+    replay(topics, [runtime], [needs.id])
+    assert reader.blocked("surface", needs.id) is None
+    assert not redis_client.sismember("dsh:blocked:surface", needs.id)
+    report = verify(needs.id, read_session(topics, needs.id), reader, INTERPRETERS)
+    assert report.ok, "\n".join(report.differences)
 
 
 def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
