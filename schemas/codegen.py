@@ -86,23 +86,28 @@ _WRITE_BODY = {
 }
 
 
+def _varint_lines(target: str) -> list[str]:
+    """Read a zigzag varint into ``target``: one- and two-byte values inline (lengths under
+    8 KiB, small counts and numbers), longer ones through read_long."""
+    return [
+        "b = data[pos]",
+        "if b < 0x80:",
+        f"    {target} = (b >> 1) ^ -(b & 1)",
+        "    pos += 1",
+        "elif data[pos + 1] < 0x80:",
+        "    z = (b & 0x7F) | (data[pos + 1] << 7)",
+        f"    {target} = (z >> 1) ^ -(z & 1)",
+        "    pos += 2",
+        "else:",
+        f"    {target}, pos = read_long(data, pos)",
+    ]
+
+
 def _read_lines(kind: str, target: str) -> list[str]:
     if kind == "long":
-        return [
-            "b = data[pos]",
-            "if b < 0x80:",
-            f"    {target} = (b >> 1) ^ -(b & 1)",
-            "    pos += 1",
-            "else:",
-            f"    {target}, pos = read_long(data, pos)",
-        ]
+        return _varint_lines(target)
     return [
-        "n = data[pos]",
-        "if n < 0x80:",
-        "    n = (n >> 1) ^ -(n & 1)",
-        "    pos += 1",
-        "else:",
-        "    n, pos = read_long(data, pos)",
+        *_varint_lines("n"),
         "if n < 0:",
         "    raise overrun(pos, n)",
         "end = pos + n",
