@@ -275,15 +275,11 @@ def import_events(
                 failure = exc
                 break
             except ValidationError as exc:
-                raise ImportRejectedError(
-                    f"{origin}: the writer rejected seqs {b.first}..{b.last} of session "
-                    f"{session_id!r} with {type(exc).__name__} [{exc.code}]: {exc.message}; "
-                    f"seqs before {b.first} are committed (a re-run of a fixed file resumes)",
-                    error_class=type(exc).__name__,
-                    error_code=exc.code,
-                    first_seq=b.first,
-                    last_seq=b.last,
-                ) from exc
+                for _, later in in_flight:
+                    # Behind the rejected batch, each fails its expected_seq: commits nothing.
+                    with contextlib.suppress(SessionError):
+                        later.result()
+                raise _pinpoint(client, session_id, b, file_hash, origin, exc) from exc
             _check_reply(committed, b, session_id)
             done = b.last + 1
             published += len(committed)
@@ -312,6 +308,38 @@ def import_events(
                 ) from failure
             raise failure
     return present, published
+
+
+def _pinpoint(
+    client: Any, session_id: str, batch: _Batch, file_hash: str, origin: str, first: SessionError
+) -> ImportRejectedError:
+    """The batch was refused as a whole (nothing of it committed): append its events one by one
+    to find the exact seq the writer refuses. The ones before it commit, so the session ends
+    as the longest accepted prefix and a re-run of the fixed file resumes right there."""
+    from producers.errors import AppendTimeoutError, ConflictError
+
+    exc: SessionError = first
+    seq = batch.first
+    for i, d in enumerate(batch.drafts):
+        seq = batch.first + i
+        rid = f"import:{file_hash[:32]}:{session_id}:{seq}:1"
+        try:
+            client.append_many(session_id, [d], expected_seq=seq, request_id=rid)
+        except (AppendTimeoutError, ConflictError):
+            seq = batch.first  # the session moved under us: report the batch as refused
+            break
+        except ValidationError as single:
+            exc = single
+            break
+    return ImportRejectedError(
+        f"{origin}: the writer rejected seq {seq} ({batch.drafts[seq - batch.first]['type']}) "
+        f"of session {session_id!r} with {type(exc).__name__} [{exc.code}]: {exc.message}; "
+        f"seqs before {seq} are committed (a re-run of a fixed file resumes after them)",
+        error_class=type(exc).__name__,
+        error_code=exc.code,
+        first_seq=seq,
+        last_seq=seq,
+    )
 
 
 def _check_reply(committed: Sequence[dsh.Event], batch: _Batch, session_id: str) -> None:

@@ -287,8 +287,10 @@ def test_cli_import_prints_the_session_and_a_writer_rejection_names_class_code_a
         "PayloadTooLargeError",
         "EVENT_TOO_LARGE",
     )
-    assert "seqs 0..1" in err.message  # one all-or-nothing batch: nothing of it committed
-    assert len(client.read(big)) == 0
+    # The batch was refused whole; the import then pinpoints the event, committing the ones
+    # before it, so a re-run of the fixed file resumes right there.
+    assert (err.first_seq, err.last_seq) == (1, 1) and "seq 1 (user/message)" in err.message
+    assert without_time(client.read(big).events()) == without_time(read_jsonl(path)[1][:1])
     assert main(["import", str(path), "--session-id", big]) == 1
     assert "[IMPORT_REJECTED]" in capsys.readouterr().err
 
