@@ -68,7 +68,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def start_writer(
-    kafka: KafkaSettings, group: str, log: Path, metrics_port: int
+    kafka: KafkaSettings, group: str, log: Path, metrics_port: int, extra: list[str]
 ) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_KAFKA_", "DSH_WRITER_"))}
     env.update(
@@ -78,6 +78,9 @@ def start_writer(
         DSH_WRITER_METRICS_PORT=str(metrics_port),
         DSH_WRITER_SESSION_TIMEOUT_MS="6000",
     )
+    for item in extra:
+        key, _, value = item.partition("=")
+        env[key] = value
     with open(log, "wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "dsh.cli", "writer"],
@@ -223,6 +226,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--writer-env", action="append", default=[], help="DSH_WRITER_X=value for the writer"
+    )
+    parser.add_argument("--skip-sustained", action="store_true", help="latency only")
     args = parser.parse_args()
 
     kafka = KafkaSettings(
@@ -231,7 +238,9 @@ def main() -> int:
     ensure_topics(kafka, args.partitions)
     log = Path(f"/tmp/writer-bench-{uuid.uuid4().hex[:6]}.log")
     (metrics_port,) = free_ports(1)
-    writer = start_writer(kafka, f"bench-writer-{uuid.uuid4().hex[:8]}", log, metrics_port)
+    writer = start_writer(
+        kafka, f"bench-writer-{uuid.uuid4().hex[:8]}", log, metrics_port, args.writer_env
+    )
     results: dict[str, Any] = {
         "partitions": args.partitions,
         "sessions": args.sessions,
@@ -246,8 +255,10 @@ def main() -> int:
             assert {partition_for(s, args.partitions) for s in sessions} == set(
                 range(args.partitions)
             )
-            for name, per_command in (("append_async", 1), ("append_many_x10", 10)):
+            phases = () if args.skip_sustained else (("append_async", 1), ("append_many_x10", 10))
+            for name, per_command in phases:
                 cpu, commands = cpu_seconds(writer.pid), scrape(metrics_port)
+                client_cpu = time.process_time()
                 results[f"{name}_events_per_s"] = sustained(
                     client, sessions, args.seconds, args.window // per_command, per_command
                 )
@@ -255,6 +266,9 @@ def main() -> int:
                 events = (done - commands["dsh_writer_batch_commands_sum"]) * per_command
                 results[f"{name}_writer_cpu_us_per_event"] = (
                     (cpu_seconds(writer.pid) - cpu) / events * 1e6
+                )
+                results[f"{name}_client_cpu_us_per_event"] = (
+                    (time.process_time() - client_cpu) / events * 1e6
                 )
             before = scrape(metrics_port)
             before_commits = before["dsh_writer_transaction_commit_seconds_count"]
@@ -300,6 +314,11 @@ def main() -> int:
         print(
             f"  writer CPU per event: {results['append_async_writer_cpu_us_per_event']:.0f} µs "
             f"(1 per command), {results['append_many_x10_writer_cpu_us_per_event']:.0f} µs "
+            "(10 per command)"
+        )
+        print(
+            f"  client CPU per event: {results['append_async_client_cpu_us_per_event']:.0f} µs "
+            f"(1 per command), {results['append_many_x10_client_cpu_us_per_event']:.0f} µs "
             "(10 per command)"
         )
         print(

@@ -151,9 +151,7 @@ class Writer:
                 # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
                 "retry.backoff.ms": 1,
                 "retry.backoff.max.ms": 10,
-                # Commit flushes at once whatever the linger; a long one only spares the
-                # broker threads a wake-up per record while a batch is being produced.
-                "linger.ms": 100,
+                "linger.ms": s.linger_ms,
                 "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
             }
         )
@@ -449,14 +447,14 @@ class Writer:
             value = encode_reply(AppendReply.rejected(rid, cid, sid, outcome.error))
             metrics.REJECTED.labels(type(outcome.error).__name__, outcome.error.code).inc()
             first = command.events[0].get("type", "?") if command.events else "?"
-            metrics.APPENDS.labels(str(first), "rejected").inc()
+            metrics.appends(str(first), "rejected").inc()
         else:
             if not values:  # a retried request, answered from the log: encoded afresh
                 values = [encode_event(ev, sid) for ev in outcome.events]
             value = committed_reply(rid, cid, sid, values)
             result = "committed" if outcome.new else "duplicate"
             for ev in outcome.events:
-                metrics.APPENDS.labels(ev.type, result).inc()
+                metrics.appends(ev.type, result).inc()
         self._producer.produce(
             self.topics.replies,
             value=value,
