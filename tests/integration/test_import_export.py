@@ -25,7 +25,12 @@ from deploy.topics import ensure_topics
 from dsh.cli import main
 from dsh.formats import read_jsonl, write_jsonl
 from producers import SessionClient
-from producers.importer import ImportRejectedError, SessionExistsError, import_file
+from producers.importer import (
+    ImportRejectedError,
+    SessionExistsError,
+    SessionImportError,
+    import_file,
+)
 from projectors import export as export_mod
 from projectors.export import (
     MANIFEST,
@@ -332,6 +337,13 @@ def test_import_error_paths_name_the_fix(
     assert main(["import", good, "--timeout", "10"]) == 1
     err = capsys.readouterr().err
     assert "[TOPIC_MISSING]" in err and "dsh up" in err
+
+
+def test_import_without_a_writer_says_to_start_one(topics: KafkaSettings) -> None:
+    # Fresh topics no writer serves: every batch times out, the log shows no progress.
+    with pytest.raises(SessionImportError) as info:
+        import_file(FORMATS / "v0_legacy.jsonl", kafka=topics, session_id="w", timeout=1)
+    assert info.value.code == "WRITER_TIMEOUT" and "dsh writer" in info.value.message
 
 
 # -- export ---------------------------------------------------------------------------------
