@@ -347,6 +347,12 @@ def _read(
             err = m.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
+                    # The end of what is readable now; past the run's end the partition is
+                    # done even if only markers or aborted records lay between.
+                    p = m.partition() or 0
+                    if p in pending and (m.offset() or 0) >= pending[p][1]:
+                        del pending[p]
+                        moved = True
                     continue
                 raise ExportKafkaError(f"reading {topic}: {err.str()}", code="READ_FAILED")
             p, offset = m.partition() or 0, m.offset() or 0
@@ -356,7 +362,7 @@ def _read(
         # Aborted records and transaction markers are never returned: the position says how
         # far the partition really is.
         for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
-            if tp.offset >= pending[tp.partition][1]:
+            if tp.partition in pending and tp.offset >= pending[tp.partition][1]:
                 del pending[tp.partition]
                 moved = True
         if moved:

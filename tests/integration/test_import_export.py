@@ -521,3 +521,36 @@ def test_export_refuses_a_foreign_or_ahead_checkpoint_and_a_concurrent_run(
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
         with pytest.raises(ExportBusyError):
             export(out, kafka=kafka)
+
+
+def test_export_skips_aborted_transactions_and_ends_past_their_markers(
+    tmp_path: Path, kafka: KafkaSettings, client: SessionClient
+) -> None:
+    from confluent_kafka import Producer
+
+    from schemas import encode_event
+
+    out = tmp_path / "export"
+    export(out, kafka=kafka)
+    producer = Producer(
+        {**kafka.client_config(), "transactional.id": f"test-abort-{uuid.uuid4().hex[:8]}"}
+    )
+    producer.init_transactions(10)
+    topic = kafka.topic("events")
+    start = dsh.Event.from_json({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}})
+    for commit in (False, True, False):
+        producer.begin_transaction()
+        for p in range(TEST_PARTITIONS):
+            sid = f"txn-{commit}-{p}"
+            producer.produce(topic, encode_event(start, sid), key=sid.encode(), partition=p)
+        if commit:
+            producer.commit_transaction(10)
+        else:
+            producer.abort_transaction(10)
+    # The last transaction on every partition was aborted: only markers lie at the end.
+    result = export(out, kafka=kafka, timeout=15)
+    assert result.records == TEST_PARTITIONS
+    assert {sid for sid, _ in _exported(out) if sid.startswith("txn-")} == {
+        f"txn-True-{p}" for p in range(TEST_PARTITIONS)
+    }
+    assert export(out, kafka=kafka, timeout=15).records == 0
