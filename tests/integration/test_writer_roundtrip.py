@@ -356,3 +356,36 @@ def test_metrics_count_appends_rejections_round_trips_and_ownership(
     assert _sample("dsh_writer_partitions_owned") == PARTITIONS
     assert _sample("dsh_writer_restore_seconds_count") >= PARTITIONS
     assert _sample("dsh_writer_append_latency_seconds_count") > 0
+
+
+def test_an_undecodable_command_goes_to_the_dlq_and_the_writer_carries_on(
+    topics: KafkaSettings, client: SessionClient
+) -> None:
+    sid = f"garbage-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**topics.client_config(), "partitioner": "murmur2_random"})
+    producer.produce(topics.topic("commands"), b"not avro at all", sid.encode())
+    producer.flush(10)
+    assert client.append(sid, "user/message", user("u0"), surface_op="append").seq == 0
+
+    dlq = Consumer(
+        {**topics.client_config(), "group.id": "unused", "isolation.level": "read_committed"}
+    )
+    dlq.assign([TopicPartition(topics.topic("dlq"), partition_for(sid, PARTITIONS), 0)])
+    try:
+        message = None
+        for _ in range(100):
+            message = dlq.poll(0.2)
+            if message is not None and message.error() is None:
+                break
+        assert message is not None and message.error() is None
+        headers = dict(message.headers() or [])
+    finally:
+        dlq.close()
+    assert message.value() == b"not avro at all"
+    assert message.key() == sid.encode()
+    assert headers["dsh-error"] == b"BadMarkerError"
+    assert headers["dsh-error-code"] == b"CODEC_BAD_MARKER"
+    assert (
+        headers["dsh-source"]
+        == f"{topics.topic('commands')}/{partition_for(sid, PARTITIONS)}/0".encode()
+    )
