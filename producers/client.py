@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 import dsh
 from deploy.config import KafkaSettings
@@ -27,7 +34,13 @@ from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
 from producers import metrics
 from producers.errors import AppendTimeoutError, PayloadTooLargeError, WriterUnavailableError
-from producers.restore import REQUEST_HEADER, high_watermark, read_session, reader_consumer
+from producers.restore import (
+    REQUEST_HEADER,
+    header,
+    high_watermark,
+    read_session,
+    reader_consumer,
+)
 from producers.writer import partition_counts
 from schemas import (
     APPEND_COMMAND,
@@ -40,9 +53,10 @@ from schemas import (
 
 log = logging.getLogger("dsh.client")
 
-# The broker refuses records above ~1 MB by default; the writer's own (lower) limits come back
-# as typed rejections, this one is what Kafka would refuse outright.
-MAX_RECORD_BYTES = 1_000_000
+# The broker refuses records above ~1 MB by default (key and headers included, hence the
+# margin); the writer's own lower limits come back as typed rejections, this one is what
+# Kafka would refuse outright.
+MAX_RECORD_BYTES = 990_000
 
 Draft = Mapping[str, Any]
 
@@ -91,6 +105,10 @@ class SessionClient:
                 **PRODUCER_PARTITIONER,
                 "enable.idempotence": True,  # keeps per-session order across retries
                 "linger.ms": 1,
+                # Success is learnt from the writer's reply; a report per record would only
+                # cost a Python callback each.
+                "delivery.report.only.error": True,
+                "on_delivery": self._undelivered,
             }
         )
         self._replies = Consumer(
@@ -238,9 +256,6 @@ class SessionClient:
             (REQUEST_HEADER, rid.encode()),
         ]
 
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            self._delivered(rid, err)
-
         while True:
             try:
                 self._producer.produce(
@@ -248,15 +263,23 @@ class SessionClient:
                     value=value,
                     key=session_id.encode(),
                     headers=headers,
-                    on_delivery=delivered,
                 )
                 return future
             except BufferError:
                 self._producer.poll(0.01)  # the local queue is full: let deliveries drain
+            except KafkaException as exc:
+                with self._lock:
+                    self._pending.pop(rid, None)
+                future.set_exception(
+                    WriterUnavailableError(f"request {rid!r} not sent: {exc.args[0].str()}")
+                )
+                return future
 
-    def _delivered(self, request_id: str, err: KafkaError | None) -> None:
+    def _undelivered(self, err: KafkaError | None, msg: Message) -> None:
+        """Delivery reports come for failures only (``delivery.report.only.error``)."""
         if err is None:
             return
+        request_id = header(msg, REQUEST_HEADER) or ""
         with self._lock:
             pending = self._pending.pop(request_id, None)
         if pending is not None:

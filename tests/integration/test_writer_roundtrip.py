@@ -215,6 +215,12 @@ def test_writer_level_rejections(topics: KafkaSettings, client: SessionClient) -
     with pytest.raises(MalformedCommandError):
         client.append_many(sid, [])
 
+    # Beyond what Kafka itself takes: refused by the client, never sent.
+    with pytest.raises(PayloadTooLargeError) as beyond_kafka:
+        client.append(sid, "user/message", user("huge", "z" * 1_000_000), surface_op="append")
+    assert beyond_kafka.value.code == "COMMAND_TOO_LARGE"
+    assert "Kafka takes at most" in beyond_kafka.value.message
+
     # All-or-nothing: the second event fails, so the first is not kept either.
     with pytest.raises(dsh.InvariantError):
         client.append_many(
