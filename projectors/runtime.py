@@ -155,17 +155,31 @@ class Runtime(Generic[S]):
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.cache.clear()
         try:
-            if self.redis.exists(self._initialized_key()):
-                return
-            # Redis holds nothing of this projection (new, or lost while we were down): the
-            # committed offsets say nothing about it, so replay the whole topic.
-            log.info("projector %s: Redis is empty; replaying from the start", self.name)
-            for tp in partitions:
-                tp.offset = OFFSET_BEGINNING
-            self.redis.set(self._initialized_key(), self.instance)
+            fields = [str(tp.partition) for tp in partitions]
+            done = self.redis.hmget(self._initialized_key(), fields)
+            fresh = [tp for tp, mark in zip(partitions, done, strict=True) if mark is None]
+            if fresh:
+                # Redis holds nothing of these partitions (new, or lost while no process of
+                # this projection ran): their committed offsets say nothing about Redis.
+                log.info(
+                    "projector %s: replaying partitions %s from the start",
+                    self.name,
+                    [tp.partition for tp in fresh],
+                )
+                for tp in fresh:
+                    tp.offset = OFFSET_BEGINNING
+                self._mark_initialized([tp.partition for tp in fresh])
         except redis.RedisError as exc:
             # Unknown: the sentinel check notices an empty Redis once it answers again.
             log.warning("projector %s: on assign: %s", self.name, exc)
+        # Explicitly: offsets set on the callback's list are ignored unless assigned here.
+        consumer.assign(partitions)
+
+    def _mark_initialized(self, partitions: list[int]) -> None:
+        if partitions:
+            self.redis.hset(
+                self._initialized_key(), mapping=dict.fromkeys(map(str, partitions), self.instance)
+            )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.cache.clear()
@@ -196,7 +210,6 @@ class Runtime(Generic[S]):
         if self.redis.set(key, "1", ex=600, xx=True):
             return True
         self.redis.set(key, "1", ex=600)
-        self.redis.set(self._initialized_key(), self.instance)
         log.warning("projector %s: Redis lost its data; replaying the topic", self.name)
         self.stats["redis_lost"] += 1
         return False
@@ -204,11 +217,13 @@ class Runtime(Generic[S]):
     def _seek_to_start(self, consumer: Consumer) -> bool:
         self.cache.clear()
         try:
-            for tp in consumer.assignment():
+            assignment = consumer.assignment()
+            for tp in assignment:
                 consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
         except Exception as exc:  # not fetching yet: try again on the next round
             log.info("projector %s: seek postponed: %s", self.name, exc)
             return False
+        self._mark_initialized([tp.partition for tp in assignment])
         metrics.REBUILDS.labels(self.name, "redis-lost").inc()
         return True
 

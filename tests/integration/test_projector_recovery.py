@@ -292,3 +292,20 @@ def test_redis_connections_killed_under_load_still_apply_every_event_once(
     for session in sessions[:3]:
         report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
         assert report.ok, "\n".join(report.differences)
+
+
+def test_redis_lost_while_the_projectors_were_down_is_rebuilt_at_start(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    sessions = [simple_session(f"down-{i}", turns=2) for i in range(6)]
+    publish(topics, interleave(*sessions))
+    last = {s.id: len(s) - 1 for s in sessions}
+    with projectors_running(topics, servers.redis_url):
+        wait_until(lambda: _caught_up(redis_client, last), what="the first run")
+    redis_client.flushall()  # offsets stay committed in Kafka; Redis has nothing
+    with projectors_running(topics, servers.redis_url):
+        wait_until(lambda: _caught_up(redis_client, last), what="the rebuild at start")
+    reader = Reader(redis_client, Keys())
+    for session in sessions[:2]:
+        report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
+        assert report.ok, "\n".join(report.differences)
