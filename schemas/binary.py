@@ -404,19 +404,20 @@ class _Compiler:
 
         return r_union
 
-    def _simple_branches(self, branches: list[Any]) -> dict[int, list[tuple[str, str]]]:
-        """Index byte → fields of the branches that are flat records of required strings and
-        longs (read inline by the generated code)."""
-        simple: dict[int, list[tuple[str, str]]] = {}
+    def _simple_branches(self, branches: list[Any]) -> dict[int, list[tuple[str, str, str | None]]]:
+        """Index byte → fields (name, kind, expected tag value or None) of the branches that
+        are flat records of required strings and longs (read inline by the generated code)."""
+        simple: dict[int, list[tuple[str, str, str | None]]] = {}
         for i, b in enumerate(branches):
             node = self.resolve(b)
             if not (isinstance(node, dict) and node["type"] == "record"):
                 continue
             if node["name"] == JSON_VALUE:
                 continue
+            when = _tag(node) or {}
             kinds = [(f["name"], self.resolve(f["type"])) for f in node["fields"]]
             if all(k in ("string", "long") for _, k in kinds):
-                simple[2 * i] = kinds
+                simple[2 * i] = [(f, k, when.get(f)) for f, k in kinds]
         return simple
 
     def _record_reader(self, node: dict[str, Any]) -> Reader:

@@ -346,7 +346,9 @@ class RecordSource:
         ]
 
     def _dispatch(
-        self, table: tuple[Reader | None, ...], simple: Mapping[int, Sequence[tuple[str, str]]]
+        self,
+        table: tuple[Reader | None, ...],
+        simple: Mapping[int, Sequence[tuple[str, str, str | None]]],
     ) -> list[str]:
         """Lines that read one union value into ``x``. Branches that are flat records of
         strings and longs (blocks, sources, deltas) are read inline, saving a call each."""
@@ -355,11 +357,24 @@ class RecordSource:
         for i, (byte, fields) in enumerate(sorted(simple.items())):
             lines += [f"{'if' if i == 0 else 'elif'} b == {byte}:", "    pos += 1"]
             names = []
-            for fname, kind in fields:
+            for fname, kind, expected in fields:
                 local = f"s{self.inline}"
                 self.inline += 1
                 names.append((fname, local))
-                lines += ["    " + line for line in _read_lines(kind, local)]
+                read = _read_lines(kind, local)
+                if expected is not None:
+                    # The tag is almost always the expected constant: compare bytes in place
+                    # instead of slicing and decoding them.
+                    const = bytearray()
+                    write_str(expected, const)
+                    read = [
+                        f"if data.startswith({self._bind(bytes(const))}, pos):",
+                        f"    {local} = {expected!r}",
+                        f"    pos += {len(const)}",
+                        "else:",
+                        *("    " + line for line in read),
+                    ]
+                lines += ["    " + line for line in read]
             lines.append("    x = {" + ", ".join(f"{f!r}: {v}" for f, v in names) + "}")
         general = [
             f"r = {t}[b] if b < 128 else None",
@@ -378,7 +393,7 @@ class RecordSource:
         fname: str,
         table: tuple[Reader | None, ...],
         has_null: bool,
-        simple: Mapping[int, Sequence[tuple[str, str]]],
+        simple: Mapping[int, Sequence[tuple[str, str, str | None]]],
     ) -> None:
         if has_null:
             t = self._bind(table)
@@ -405,7 +420,7 @@ class RecordSource:
         general: Reader,
         item_table: tuple[Reader | None, ...] | None,
         item: Reader,
-        simple: Mapping[int, Sequence[tuple[str, str]]],
+        simple: Mapping[int, Sequence[tuple[str, str, str | None]]],
     ) -> None:
         """Inline the usual case, a first block with a small count; anything else (counts of 64
         or more, negative counts) goes to the general array reader."""
