@@ -32,8 +32,19 @@ def default_codec() -> Codec:
     return Codec()
 
 
+_default_codec: Codec | None = None
+
+
+def _default() -> Codec:
+    # The per-event hot path: a global read instead of functools.cache's call.
+    global _default_codec
+    if _default_codec is None:
+        _default_codec = default_codec()
+    return _default_codec
+
+
 def _wire(event: EventLike) -> Mapping[str, Any]:
-    if isinstance(event, Mapping):
+    if type(event) is dict or isinstance(event, Mapping):  # the ABC check is slow: dicts first
         return event
     return event.to_json()
 
@@ -61,16 +72,16 @@ def encode_event(
     codec: Codec | None = None,
 ) -> bytes:
     """A committed event as the value of a ``dsh.session.events`` record."""
-    wire = _wire(event)
+    wire = event if type(event) is dict else _wire(event)
     if "sessionId" in wire or "formatVersion" in wire:
         raise UnencodableError("event: sessionId/formatVersion are envelope fields, not event keys")
-    return (codec or default_codec()).encode(
+    return (codec or _default()).encode(
         SESSION_EVENT, {**wire, "sessionId": session_id, "formatVersion": format_version}
     )
 
 
 def decode_event(data: bytes, *, codec: Codec | None = None) -> EventRecord:
-    _, v = (codec or default_codec()).decode(data, SESSION_EVENT)
+    _, v = (codec or _default()).decode(data, SESSION_EVENT)
     return EventRecord(v.pop("sessionId"), v, v.pop("formatVersion"))
 
 
