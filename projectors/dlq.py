@@ -3,6 +3,8 @@ in headers, so an operator can read why and replay them once the cause is fixed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from confluent_kafka import Producer
 
 from deploy.config import KafkaSettings
@@ -33,8 +35,11 @@ class DeadLetters:
         value: bytes | None,
         error: SessionError,
         source: str,
+        original: Sequence[tuple[str, bytes]] = (),
     ) -> None:
+        # The record's own headers travel along (dsh-type, dsh-format, dsh-request-id, …).
         headers: list[tuple[str, str | bytes | None]] = [
+            *((k, v) for k, v in original if not k.startswith("dsh-dlq-")),
             ("dsh-dlq-projector", self.projector.encode()),
             ("dsh-dlq-error", type(error).__name__.encode()),
             ("dsh-dlq-code", error.code.encode()),

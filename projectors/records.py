@@ -32,9 +32,16 @@ class Poison:
     value: bytes | None
     partition: int
     offset: int
+    headers: tuple[tuple[str, bytes], ...] = ()  # the record's own (dsh-type, dsh-format, …)
 
 
-def decode(key: bytes | None, value: bytes | None, partition: int, offset: int) -> Record | Poison:
+def decode(
+    key: bytes | None,
+    value: bytes | None,
+    partition: int,
+    offset: int,
+    headers: Any = None,  # as confluent-kafka gives them: a list of pairs, or None
+) -> Record | Poison:
     session_id: str | None = None
     try:
         if not key:
@@ -57,7 +64,10 @@ def decode(key: bytes | None, value: bytes | None, partition: int, offset: int) 
         error: SessionError = PoisonRecordError(f"offset {offset}: key is not UTF-8")
     except SessionError as exc:
         error = exc
-    return Poison(session_id, error, key, value, partition, offset)
+    kept = tuple(
+        (k, v if isinstance(v, bytes) else str(v or "").encode()) for k, v in headers or ()
+    )
+    return Poison(session_id, error, key, value, partition, offset, kept)
 
 
 def encode(session_id: str, wire: Mapping[str, Any]) -> bytes:

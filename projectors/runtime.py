@@ -40,6 +40,7 @@ from projectors.records import Poison, Record, decode, encode
 from projectors.scripts import APPLY, BLOCK, load_all
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_sessions
+from schemas.records import event_headers
 
 S = TypeVar("S")
 log = logging.getLogger("projectors")
@@ -242,7 +243,10 @@ class Runtime(Generic[S]):
     # --- one batch -------------------------------------------------------------------------
 
     def process(self, messages: Iterable[Message]) -> None:
-        items = [decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0) for m in messages]
+        items = [
+            decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0, m.headers())
+            for m in messages
+        ]
         self.apply_items(items)
 
     def apply_items(self, items: Sequence[Record | Poison]) -> None:
@@ -378,10 +382,11 @@ class Runtime(Generic[S]):
     ) -> None:
         error = poison.error
         source = f"{self.topic}[{poison.partition}]@{poison.offset}"
-        value = poison.value
-        if value is None and record is not None:
+        value, headers = poison.value, poison.headers
+        if value is None and record is not None:  # refused after decoding: send it re-encoded
             value = encode(record.session_id, record.event.to_json())
-        self.dlq.send(poison.key, value, error, source)
+            headers = tuple(event_headers(record.event.type))
+        self.dlq.send(poison.key, value, error, source, headers)
         self._count("poison")
         metrics.DLQ.labels(self.name, error.code).inc()
         log.warning("projector %s: %s → DLQ: [%s] %s", self.name, source, error.code, error.message)

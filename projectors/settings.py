@@ -28,7 +28,8 @@ class ProjectorSettings(StrictSettings):
     # 0 disables the Prometheus endpoint.
     metrics_port: int = 0
     # Sessions kept in memory between batches (their state is reloaded from Redis on a miss).
-    cache_sessions: int = 10_000
+    # A surface entry holds every current message of its session: size this to the memory.
+    cache_sessions: int = 2_000
 
     def group_id(self, projection: str) -> str:
         return f"{self.group_prefix}-{projection}"

@@ -144,6 +144,9 @@ def test_a_poison_record_blocks_its_session_and_no_other(
         (sid, code) for sid, code in expected_codes.items() for _ in PROJECTIONS
     )
     assert {d["dsh-dlq-projector"] for d in letters} == set(PROJECTIONS)
+    # The record's own headers travel with it.
+    assert {d["dsh-type"] for d in letters if d["key"] == codec.id} == {"garbage/bytes"}
+    assert {d["dsh-format"] for d in letters} == {"3"}
 
 
 def test_a_missing_interpreter_blocks_the_surface_of_that_session_only(
