@@ -368,7 +368,18 @@ class Writer:
         if not owned:
             return
         for tp in self._restore(owned):
-            self._consumer.seek(tp)
+            try:
+                self._consumer.seek(tp)
+            except KafkaException as seek_exc:
+                if any(a.partition == tp.partition for a in self._consumer.assignment()):
+                    # Still ours but not rewound: serving on would skip the aborted commands.
+                    raise WriterFencedError(
+                        f"writer {self.transactional_id}: cannot rewind partition "
+                        f"{tp.partition} after an abort: {seek_exc}"
+                    ) from seek_exc
+                # Already taken away (membership lost): its next owner starts at the commit.
+                self.partitions.pop(tp.partition, None)
+                log.warning("partition %d left while recovering: %s", tp.partition, seek_exc)
 
     # -- one command ----------------------------------------------------------------------
 
