@@ -265,6 +265,9 @@ class Runtime(Generic[S]):
             for sid in sessions:
                 self.cache.pop(sid, None)
             raise
+        # Evicting only now: every session of the batch stays cached while it is in hand.
+        while len(self.cache) > self.settings.cache_sessions:
+            self.cache.popitem(last=False)
         metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
         for result in _RESULTS:
             n = self.stats[result] - before[result]
@@ -290,8 +293,6 @@ class Runtime(Generic[S]):
             state = self.projection.load(replies[at : at + len(session_reads)])
             at += len(session_reads)
             self.cache[sid] = Entry(state, bool(is_blocked))
-        while len(self.cache) > self.settings.cache_sessions:
-            self.cache.popitem(last=False)
 
     def _plan(
         self, items: Sequence[Record | Poison]

@@ -3,6 +3,7 @@ projectors in one group share the partitions; the metrics count what happened.""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import redis
@@ -16,6 +17,7 @@ from projectors.verify import verify
 from tests.integration.projector_support import (
     applied,
     events_of,
+    interleave,
     projectors_running,
     publish,
     simple_session,
@@ -77,3 +79,19 @@ def test_two_surface_projectors_share_a_group_and_count_their_work(
     reader = Reader(redis_client, Keys())
     report = verify(sessions[0].id, read_session(topics, sessions[0].id), reader, {})
     assert not [d for d in report.differences if d.startswith("surface")], report.differences
+
+
+def test_a_tiny_session_cache_reloads_state_from_redis_and_stays_exact(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    sessions = [simple_session(f"evict-{i}", turns=3) for i in range(10)]
+    publish(topics, interleave(*sessions))
+    with projectors_running(topics, servers.redis_url, names=("surface",), cache_sessions=2):
+        wait_until(
+            lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
+            what="all sessions on the surface",
+        )
+    reader = Reader(redis_client, Keys())
+    for s in sessions:
+        assert reader.surface(s.id).messages == json.loads(json.dumps(s.derive_messages()))
+        assert redis_client.hget(f"dsh:{{{s.id}}}:surface:meta", "applies") == str(len(s)).encode()
