@@ -86,7 +86,9 @@ def test_a_tiny_session_cache_reloads_state_from_redis_and_stays_exact(
 ) -> None:
     sessions = [simple_session(f"evict-{i}", turns=3) for i in range(10)]
     publish(topics, interleave(*sessions))
-    with projectors_running(topics, servers.redis_url, names=("surface",), cache_sessions=2):
+    with projectors_running(
+        topics, servers.redis_url, names=("surface",), cache_sessions=2, batch_size=7
+    ):
         wait_until(
             lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
             what="all sessions on the surface",
