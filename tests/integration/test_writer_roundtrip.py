@@ -395,3 +395,24 @@ def test_an_undecodable_command_goes_to_the_dlq_and_the_writer_carries_on(
         headers["dsh-source"]
         == f"{topics.topic('commands')}/{partition_for(sid, PARTITIONS)}/0".encode()
     )
+
+
+def test_async_appends_commit_in_submission_order_per_session(client: SessionClient) -> None:
+    sessions = [f"order-{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+    # expected_seq makes any reordering a ConflictError: each append must land exactly next.
+    futures = [
+        (
+            sid,
+            i,
+            client.append_async(
+                sid, "user/message", user(f"u{i}"), surface_op="append", expected_seq=i
+            ),
+        )
+        for i in range(100)
+        for sid in sessions
+    ]
+    for sid, i, future in futures:
+        ev = future.result(30)
+        assert (ev.seq, ev.data["id"]) == (i, f"u{i}"), sid
+    for sid in sessions:
+        assert [e.data["id"] for e in client.read(sid).events()] == [f"u{i}" for i in range(100)]
