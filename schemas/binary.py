@@ -420,12 +420,21 @@ class _Compiler:
                 simple[2 * i] = [(f, k, when.get(f)) for f, k in kinds]
         return simple
 
+    def _enum_branches(self, branches: list[Any]) -> dict[int, tuple[str, ...]]:
+        """Index byte → symbols of the enum branches (read inline by the generated code)."""
+        out: dict[int, tuple[str, ...]] = {}
+        for i, b in enumerate(branches):
+            node = self.resolve(b)
+            if isinstance(node, dict) and node["type"] == "enum":
+                out[2 * i] = tuple(node["symbols"])
+        return out
+
     def _record_reader(self, node: dict[str, Any]) -> Reader:
         src = RecordSource(node["name"])
         for f in node["fields"]:
             fname, ftype = f["name"], f["type"]
             rt = self.resolve(ftype)
-            if isinstance(rt, str) and rt in ("string", "long"):
+            if isinstance(rt, str) and rt in ("string", "long", "int"):
                 src.read_primitive(fname, rt)
             elif isinstance(rt, list) and len(rt) == 2 and self.resolve(rt[0]) == "null":
                 inner = self.resolve(rt[1])
@@ -439,6 +448,7 @@ class _Compiler:
                     self.union_table(rt),
                     "null" in map(self.resolve, rt),
                     self._simple_branches(rt),
+                    self._enum_branches(rt),
                 )
             elif isinstance(rt, dict) and rt["type"] == "array":
                 items = self.resolve(rt["items"])

@@ -47,6 +47,10 @@ def _overrun(pos: int, n: int) -> CorruptRecordError:
     return CorruptRecordError(f"string length {n} at offset {pos} is negative")
 
 
+def _int_range(pos: int) -> CorruptRecordError:
+    return CorruptRecordError(f"int out of range before offset {pos}")
+
+
 def _as_dict(v: Any, record: str) -> dict[str, Any]:
     if isinstance(v, Mapping):
         return dict(v)
@@ -97,6 +101,12 @@ def _varint_lines(target: str) -> list[str]:
 def _read_lines(kind: str, target: str) -> list[str]:
     if kind == "long":
         return _varint_lines(target)
+    if kind == "int":
+        return [
+            *_varint_lines(target),
+            f"if not -2147483648 <= {target} <= 2147483647:",
+            "    raise int_range(pos)",
+        ]
     return [
         *_varint_lines("n"),
         "if n < 0:",
@@ -126,6 +136,7 @@ class RecordSource:
             "unexpected": _unexpected,
             "as_dict": _as_dict,
             "overrun": _overrun,
+            "int_range": _int_range,
             "bad_index": bad_index,
             "block_count": read_block_count,
             "r_null": read_null,
@@ -349,6 +360,7 @@ class RecordSource:
         self,
         table: tuple[Reader | None, ...],
         simple: Mapping[int, Sequence[tuple[str, str, str | None]]],
+        enums: Mapping[int, tuple[str, ...]] | None = None,
     ) -> list[str]:
         """Lines that read one union value into ``x``. Branches that are flat records of
         strings and longs (blocks, sources, deltas) are read inline, saving a call each."""
@@ -376,13 +388,26 @@ class RecordSource:
                     ]
                 lines += ["    " + line for line in read]
             lines.append("    x = {" + ", ".join(f"{f!r}: {v}" for f, v in names) + "}")
+        for j, (byte, symbols) in enumerate(sorted((enums or {}).items())):
+            first = not simple and j == 0
+            syms = self._bind(
+                tuple(symbols[i >> 1] if i < 2 * len(symbols) else None for i in range(0, 128, 2))
+            )
+            lines += [
+                f"{'if' if first else 'elif'} b == {byte}:",
+                "    e = data[pos + 1]",
+                f"    x = {syms}[e >> 1] if e < 0x80 and not e & 1 else None",
+                "    if x is None:",
+                "        raise bad_index(pos + 1)",
+                "    pos += 2",
+            ]
         general = [
             f"r = {t}[b] if b < 128 else None",
             "if r is None:",
             "    raise bad_index(pos)",
             "x, pos = r(data, pos + 1)",
         ]
-        if simple:
+        if simple or enums:
             lines += ["else:", *("    " + line for line in general)]
         else:
             lines += general
@@ -394,24 +419,21 @@ class RecordSource:
         table: tuple[Reader | None, ...],
         has_null: bool,
         simple: Mapping[int, Sequence[tuple[str, str, str | None]]],
+        enums: Mapping[int, tuple[str, ...]],
     ) -> None:
         if has_null:
-            t = self._bind(table)
+            # Null (absent) first: it is the common case of optional unions.
             self._flush()
             self.r += [
-                "b = data[pos]",
-                f"r = {t}[b] if b < 128 else None",
-                "if r is None:",
-                "    raise bad_index(pos)",
-                "if r is not r_null:",
-                "    x, pos = r(data, pos + 1)",
+                "if data[pos] == 0:",
+                "    pos += 1",
+                "else:",
+                *("    " + line for line in self._dispatch(table, simple, enums)),
                 "    if x is not ABSENT:",
                 f"        out[{fname!r}] = x",
-                "else:",
-                "    pos += 1",
             ]
         else:
-            self.r += self._dispatch(table, simple)
+            self.r += self._dispatch(table, simple, enums)
             self.r.append(f"{self._target(fname)} = x")
 
     def read_array(
