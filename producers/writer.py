@@ -515,6 +515,10 @@ class Writer:
         every = self.settings.checkpoint_every
         if not every or state.events_since_checkpoint < every:
             return
+        if state.broken:
+            # A session whose log does not restore has no snapshot: past a checkpoint, a
+            # restore would not see its events at all and take it for a new session.
+            return
         assert self._producer is not None and self._probe is not None
         offset = high_watermark(self._probe, self.topics.events, state.partition)
         covered = [self._snapshot(state, sid) for sid in sorted(state.dirty)]
