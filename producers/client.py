@@ -9,6 +9,7 @@ and timeouts.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -96,6 +97,10 @@ class SessionClient:
         counts = partition_counts(settings, [self._commands, self._events, replies])
         self._event_partitions = counts[self._events]
         self._key = self.client_id.encode()
+        # Request ids only need to be unique per session: a random prefix per client and a
+        # counter, instead of a uuid4 (an urandom call) per append.
+        self._request_prefix = f"{uuid.uuid4().hex[:16]}-"
+        self._request_numbers = itertools.count()
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -226,7 +231,7 @@ class SessionClient:
         if self._closed.is_set():
             future.set_exception(WriterUnavailableError("the client is closed"))
             return future
-        rid = request_id or uuid.uuid4().hex
+        rid = request_id or f"{self._request_prefix}{next(self._request_numbers)}"
         try:
             value = encode_command(
                 AppendCommand(rid, self.client_id, session_id, tuple(drafts), expected_seq)
@@ -326,10 +331,10 @@ class SessionClient:
         elapsed = time.monotonic() - pending.sent_at
         error = reply.exception()
         if error is not None:
-            metrics.CLIENT_ROUND_TRIP.labels("rejected").observe(elapsed)
+            metrics.round_trip("rejected").observe(elapsed)
             pending.future.set_exception(error)
             return
-        metrics.CLIENT_ROUND_TRIP.labels("committed").observe(elapsed)
+        metrics.round_trip("committed").observe(elapsed)
         events = [r.to_event() for r in reply.events or ()]
         pending.future.set_result(events[0] if pending.single else events)
 
@@ -338,7 +343,7 @@ class SessionClient:
             expired = [rid for rid, p in self._pending.items() if p.deadline <= now]
             gone = [(rid, self._pending.pop(rid)) for rid in expired]
         for rid, pending in gone:
-            metrics.CLIENT_ROUND_TRIP.labels("timeout").observe(now - pending.sent_at)
+            metrics.round_trip("timeout").observe(now - pending.sent_at)
             pending.future.set_exception(
                 AppendTimeoutError(
                     f"request {rid!r} to session {pending.session_id!r}: no reply in "

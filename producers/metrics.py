@@ -61,3 +61,8 @@ CLIENT_ROUND_TRIP = Histogram(
     ["result"],
     buckets=_LATENCY_BUCKETS,
 )
+
+
+@functools.lru_cache(maxsize=8)
+def round_trip(result: str) -> Any:
+    return CLIENT_ROUND_TRIP.labels(result)

@@ -42,6 +42,9 @@ class WriterSettings(StrictSettings):
     # records travel while the offsets are sent, a round trip less per transaction.
     linger_ms: Annotated[int, Field(ge=0)] = 1
     metrics_port: Annotated[int, Field(ge=0)] = 9464  # 0: no /metrics server
+    # Message-projection interpreters, "event/type=package.module:function,…" (the same spec
+    # as DSH_PROJECTOR_PROJECTIONS): an event of a type missing here is rejected.
+    projections: str = ""
     # Test-only fault injection, e.g. "stop-before-produce:<request id>": the process SIGSTOPs
     # itself in the middle of the batch that holds that request, to make zombies on purpose.
     failpoint: str = ""

@@ -5,12 +5,13 @@ transaction that publishes it has committed (else it drops the partition and res
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import dsh
 from dsh.errors import SessionError, ValidationError
+from dsh.projections import Interpreter
 from dsh.restore import restore
 from producers.errors import ConflictError, MalformedCommandError, PayloadTooLargeError
 from schemas import AppendCommand
@@ -18,6 +19,23 @@ from schemas import AppendCommand
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# Message-projection interpreters of this process (DSH_WRITER_PROJECTIONS): the core refuses
+# to append or restore a projection event without its interpreter, so every session this
+# process creates or restores gets them.
+INTERPRETERS: dict[str, Interpreter] = {}
+
+
+def use_interpreters(interpreters: Mapping[str, Interpreter]) -> None:
+    INTERPRETERS.update(interpreters)
+
+
+def new_session(session_id: str) -> dsh.Session:
+    session = dsh.Session(session_id, clock=wall_clock_ms)
+    for event_type, interpreter in INTERPRETERS.items():
+        session.register_message_projection(event_type, interpreter)
+    return session
 
 
 @dataclass
@@ -45,7 +63,9 @@ class Limits:
 def rebuild(session_id: str, events: Iterable[dsh.Event | dict[str, Any]]) -> dsh.Session:
     """The session exactly as logged: no end-of-session marker, unlike ``from_restore``,
     because the writer continues the log rather than starting a new process on it."""
-    return restore(dsh.Session(session_id, clock=wall_clock_ms), events, None, mark_end=False)
+    return restore(
+        dsh.Session(session_id, clock=wall_clock_ms), events, INTERPRETERS, mark_end=False
+    )
 
 
 @dataclass
@@ -62,7 +82,7 @@ class PartitionState:
     def session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)
         if state is None:
-            state = SessionState(dsh.Session(session_id, clock=wall_clock_ms))
+            state = SessionState(new_session(session_id))
             self.sessions[session_id] = state
         return state
 

@@ -32,6 +32,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from deploy.config import ConfigError, KafkaSettings
+from deploy.interpreters import parse_interpreters
 from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
 from producers import metrics
@@ -49,7 +50,7 @@ from producers.restore import (
     restore_partition,
 )
 from producers.settings import WriterSettings
-from producers.state import Limits, Outcome, PartitionState
+from producers.state import Limits, Outcome, PartitionState, use_interpreters
 from producers.wire import committed_reply, event_wire
 from schemas import (
     APPEND_REPLY,
@@ -99,6 +100,7 @@ class Writer:
         self.settings = settings
         self.topics = Topics.of(kafka)
         self.limits = Limits(settings.max_event_bytes, settings.max_command_bytes)
+        use_interpreters(parse_interpreters(settings.projections))
         self.partitions: dict[int, PartitionState] = {}
         self.transactional_id = settings.transactional_id or f"dsh-writer-{uuid.uuid4().hex}"
         self._stop = threading.Event()
