@@ -16,6 +16,7 @@ import dsh
 from deploy.config import KafkaSettings
 from deploy.topics import partition_for
 from producers import (
+    AppendTimeoutError,
     ConflictError,
     MalformedCommandError,
     PayloadTooLargeError,
@@ -416,3 +417,21 @@ def test_async_appends_commit_in_submission_order_per_session(client: SessionCli
         assert (ev.seq, ev.data["id"]) == (i, f"u{i}"), sid
     for sid in sessions:
         assert [e.data["id"] for e in client.read(sid).events()] == [f"u{i}" for i in range(100)]
+
+
+def test_a_timed_out_append_is_safe_to_retry_with_its_request_id(topics: KafkaSettings) -> None:
+    sid = f"timeout-{uuid.uuid4().hex[:8]}"
+    with SessionClient(settings=topics, timeout=1.0) as client:
+        with pytest.raises(AppendTimeoutError) as timed_out:  # no writer is running yet
+            client.append(sid, "user/message", user("u0"), surface_op="append", request_id="t-1")
+        assert timed_out.value.request_id == "t-1"
+        assert timed_out.value.code == "APPEND_TIMEOUT"
+        with running_writer(topics, writer_settings()):
+            # The first command is still on the commands topic: the writer applies it, and
+            # answers the retry from its request table instead of appending again.
+            retried = client.append(
+                sid, "user/message", user("u0"), surface_op="append", request_id="t-1", timeout=20
+            )
+            assert retried.seq == 0
+            assert client.append(sid, "user/message", user("u1"), surface_op="append").seq == 1
+        assert [e.data["id"] for e in client.read(sid).events()] == ["u0", "u1"]
