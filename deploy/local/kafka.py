@@ -190,7 +190,12 @@ class KafkaCluster:
 
         remaining = max(deadline - time.monotonic(), 1.0)
         producer = Producer(
-            {"bootstrap.servers": self.bootstrap_servers, "transactional.id": "dsh-local-readiness"}
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "transactional.id": "dsh-local-readiness",
+                # "Coordinator load in progress: retrying" is what this waits out, not news.
+                "log_level": 3,
+            }
         )
         try:
             producer.init_transactions(remaining)

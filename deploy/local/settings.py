@@ -33,6 +33,9 @@ class LocalStackSettings(StrictSettings):
     kafka_port: int = 19092
     controller_port: int = 19192
     redis_port: int = 16379
+    # /metrics of the local services: the writer on this port, the surface, transcript and
+    # audit projectors on the next three; 0: no /metrics (status then checks only the pid).
+    metrics_port: int = 19464
     kafka_heap: str = "512m"
     partitions: int = 8
     startup_timeout_s: float = 90.0

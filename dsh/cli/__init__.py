@@ -10,20 +10,47 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from dsh.cli import io_commands, projector_commands, stack_commands, writer_commands
+from dsh.cli import (
+    checks,
+    demo,
+    io_commands,
+    projector_commands,
+    stack_commands,
+    writer_commands,
+)
 from dsh.errors import SessionError
 
 DESCRIPTION = """\
 dsh-pipeline: an append-only, validated event log for AI-agent sessions on Kafka.
+Every runtime fact is an event in a per-session log; what the model sees next (the surface),
+what a human sees (the transcript) and what an auditor asks (provenance) are projections.
 
-Local stack (real Apache Kafka in KRaft mode + Redis, state under .state/):
-  dsh up        start it (downloads Kafka's jars and installs redis-server once)
-  dsh status    show what runs where and whether it is healthy
-  dsh down      stop it
-  dsh demo      bring the stack up and report it healthy
+Local stack (real Apache Kafka in KRaft mode, Redis, and the services; state under .state/):
+  dsh demo      start everything and run a scripted agent session through it
+  dsh up        start Kafka, Redis, the writer and the three projectors (--no-services:
+                only Kafka and Redis); installs Kafka's jars and redis-server once
+  dsh status    what runs where (pids, ports, /metrics, logs) and whether it is healthy
+  dsh down      stop all of it; leaves no processes
+  dsh setup     only install what the stack runs on
+
+Services (run until SIGTERM; `dsh up` starts them for you):
+  dsh writer                         validate commands, publish events exactly once
+  dsh project surface|transcript|audit   build a read model in Redis
+
+Reading sessions (every read command takes --json):
+  dsh show surface|transcript|audit SESSION   one read model
+  dsh tail SESSION       the live human transcript (Ctrl-C to stop)
+  dsh verify SESSION     rebuild from the events topic, compare with all three read models
+  dsh replay [SESSION…]  rebuild read models from the events topic
+
+Moving sessions in and out:
+  dsh import FILE.jsonl  publish a session file (v0..v3) through the writer
+  dsh export DIR         the events topic as date-partitioned Avro files (incremental)
 
 Settings come from the environment: DSH_LOCAL_* for the local stack (ports, state dir,
-broker count), DSH_KAFKA_* and DSH_REDIS_* for how services connect.
+broker count), DSH_KAFKA_* and DSH_REDIS_* for how services and commands connect,
+DSH_WRITER_*, DSH_PROJECTOR_* and DSH_LOG_* for the services. Errors print as
+`dsh: error [CODE]: message` and exit 1.
 """
 
 
@@ -32,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dsh", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo.register(commands)
     stack_commands.register(commands)
     projector_commands.register(commands)
     writer_commands.register(commands)
@@ -48,4 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # Infrastructure failures that escape a command (e.g. Redis down under `dsh show`)
+        # become the error naming the fix; anything else is a bug and keeps its traceback.
+        translated = checks.translate(exc)
+        if translated is None:
+            raise
+        print(f"dsh: error [{translated.code}]: {translated.message}", file=sys.stderr)
+        return 1
     return result

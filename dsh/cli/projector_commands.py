@@ -1,4 +1,5 @@
-"""`dsh project`, `dsh show`, `dsh verify`, `dsh replay`: the projectors and their read models.
+"""`dsh project`, `dsh show`, `dsh tail`, `dsh verify`, `dsh replay`: the projectors and their
+read models.
 
 Handlers import the services lazily: `import dsh` stays free of Kafka and Redis.
 """
@@ -11,6 +12,7 @@ import sys
 from typing import Any
 
 PROJECTIONS = ("surface", "transcript", "audit")
+_TIMEOUT_HELP = "how long to wait for the broker before giving up (default 10)"
 
 
 def register(commands: Any) -> None:
@@ -29,12 +31,34 @@ def register(commands: Any) -> None:
     )
     show.set_defaults(handler=_show)
 
+    tail = commands.add_parser(
+        "tail",
+        help="follow one session's human transcript live (Ctrl-C to stop)",
+        description="Print the last entries of the session's transcript read model, then each "
+        "new one as the transcript projector applies it (Redis XREAD BLOCK). A session that is "
+        "not there yet is waited for; a blocked one is an error saying why.",
+    )
+    tail.add_argument("session")
+    tail.add_argument(
+        "-n",
+        "--lines",
+        type=int,
+        default=20,
+        metavar="N",
+        help="entries to print before following (default 20; -1: all)",
+    )
+    tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail.set_defaults(handler=_tail)
+
     verify = commands.add_parser(
         "verify",
         help="restore a session from the events topic and compare it with all three read models",
     )
     verify.add_argument("session")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
+    )
     verify.set_defaults(handler=_verify)
 
     replay = commands.add_parser(
@@ -47,6 +71,9 @@ def register(commands: Any) -> None:
         "--projection", choices=(*PROJECTIONS, "all"), default="all", help="default: all three"
     )
     replay.add_argument("--json", action="store_true", help="print the result as JSON")
+    replay.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
+    )
     replay.set_defaults(handler=_replay)
 
 
@@ -67,29 +94,92 @@ def _reader() -> Any:
 
 def _show(args: argparse.Namespace) -> int:
     reader = _reader()
+    if args.projection == "transcript" and args.follow:
+        return _follow(reader, args.session, -1, args.json)
     if args.projection == "surface":
         view = reader.surface(args.session)
         if args.json:
             print(json.dumps(view.to_json(), indent=2))
         else:
             _print_surface(view)
+        applied, blocked = view.applied, view.blocked
     elif args.projection == "transcript":
-        entries = reader.tail(args.session) if args.follow else reader.transcript(args.session)
-        if args.json and not args.follow:
+        entries = reader.transcript(args.session)
+        if args.json:
             print(json.dumps([e.event | {"kind": e.kind} for e in entries], indent=2))
-            return 0
-        for e in entries:
-            if args.json:
-                print(json.dumps(e.event | {"kind": e.kind}), flush=True)
-            else:
-                print(f"{e.seq:>6}  {e.type:<20} {_summary(e.event)}", flush=True)
+        else:
+            for e in entries:
+                _print_entry(e, False)
+        applied = reader.transcript_applied(args.session)
+        blocked = reader.blocked("transcript", args.session)
     else:
         audit = reader.audit(args.session)
         if args.json:
             print(json.dumps(audit.to_json(), indent=2))
         else:
             _print_audit(audit)
+        applied, blocked = audit.applied, audit.blocked
+    _check_session(args.projection, args.session, applied, blocked)
     return 0
+
+
+def _check_session(
+    projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None
+) -> None:
+    """What was printed is all there is, and the exit status says why: blocked, or unknown."""
+    from dsh.cli.checks import blocked_message
+    from projectors.errors import SessionBlockedError
+
+    if blocked is not None:
+        raise SessionBlockedError(blocked_message(projection, session_id, blocked))
+    if applied < 0:
+        raise SessionBlockedError(
+            f"the {projection} read model has no events of session {session_id}: check the id, "
+            f"that `dsh project {projection}` runs (`dsh status`), and DSH_REDIS_URL",
+            code="SESSION_UNKNOWN",
+        )
+
+
+def _print_entry(e: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(e.event | {"kind": e.kind}), flush=True)
+    else:
+        print(f"{e.seq:>6}  {e.type:<20} {_summary(e.event)}", flush=True)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    reader = _reader()
+    entries = reader.transcript(args.session)
+    shown = (
+        entries if args.lines < 0 else entries[len(entries) - args.lines :] if args.lines else []
+    )
+    for e in shown:
+        _print_entry(e, args.json)
+    return _follow(reader, args.session, entries[-1].seq if entries else -1, args.json)
+
+
+def _follow(reader: Any, session_id: str, after: int, as_json: bool) -> int:
+    """New transcript entries after seq ``after`` until Ctrl-C; a blocked session stops it
+    with the reason (no entry would ever come)."""
+    from dsh.cli.checks import blocked_message
+    from projectors.errors import SessionBlockedError
+
+    while True:
+        blocked = reader.blocked("transcript", session_id)
+        if blocked is not None:
+            raise SessionBlockedError(blocked_message("transcript", session_id, blocked))
+        # One blocking read of a second at most, then the blocked marker is checked again.
+        for e in reader.transcript(session_id, after) or _wait(reader, session_id, after):
+            _print_entry(e, as_json)
+            after = e.seq
+
+
+def _wait(reader: Any, session_id: str, after: int) -> list[Any]:
+    key = reader.keys.session(session_id, "transcript")
+    from projectors.transcript import entry_id
+
+    reader.client.xread({key: "0-0" if after < 0 else entry_id(after)}, block=1000, count=1)
+    return []
 
 
 def _summary(event: dict[str, Any]) -> str:
@@ -148,6 +238,11 @@ def _print_audit(audit: Any) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from deploy.config import KafkaSettings
+    from dsh.cli.checks import default_interpreters, require_kafka
+
+    default_interpreters()
+    require_kafka(KafkaSettings(), ("events",), args.timeout)
     report = _services().verify_from_env(args.session)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -164,6 +259,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from deploy.config import KafkaSettings
+    from dsh.cli.checks import default_interpreters, require_kafka
+
+    default_interpreters()
+    require_kafka(KafkaSettings(), ("events",), args.timeout)
     projections = PROJECTIONS if args.projection == "all" else (args.projection,)
     result = _services().replay_from_env(projections, args.sessions, not args.json)
     summary = {

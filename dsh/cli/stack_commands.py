@@ -1,4 +1,4 @@
-"""`dsh up`, `dsh down`, `dsh status` and (for now) `dsh demo`: the local stack."""
+"""`dsh up`, `dsh down`, `dsh status`, `dsh setup`: the local stack (`dsh demo` is demo.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,17 @@ if TYPE_CHECKING:
 
 
 def register(commands: Any) -> None:
-    up = commands.add_parser("up", help="start the local Kafka (KRaft) and Redis; idempotent")
+    up = commands.add_parser(
+        "up",
+        help="start the local Kafka (KRaft), Redis, the writer and the three projectors; "
+        "idempotent",
+    )
     up.add_argument("--json", action="store_true", help="print the status as JSON")
+    up.add_argument(
+        "--no-services",
+        action="store_true",
+        help="only Kafka and Redis (run `dsh writer` / `dsh project NAME` yourself)",
+    )
     up.set_defaults(handler=_up)
 
     down = commands.add_parser("down", help="stop the local stack; leaves no processes")
@@ -28,10 +37,6 @@ def register(commands: Any) -> None:
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(handler=_status)
 
-    demo = commands.add_parser("demo", help="bring the local stack up and report it healthy")
-    demo.add_argument("--json", action="store_true", help="print the status as JSON")
-    demo.set_defaults(handler=_up)
-
 
 def _stack() -> LocalStack:
     from deploy.local.stack import LocalStack
@@ -44,11 +49,13 @@ def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     if not args.json:
         print(f"starting the local stack (state in {stack.settings.state_dir}) ...", flush=True)
-    statuses = stack.up()
+    statuses = stack.up(services=not args.no_services)
     if not args.json:
         print(f"ready in {time.monotonic() - started:.1f}s")
         print(f"  Kafka bootstrap servers: {stack.settings.bootstrap_servers()}")
         print(f"  Redis: {stack.settings.redis_url()}")
+        if not args.no_services:
+            print(f"  service logs: {stack.settings.state_dir / 'services'}/*/service.log")
     return _report(statuses, args.json)
 
 
@@ -75,8 +82,8 @@ def _report(statuses: list[ComponentStatus], as_json: bool) -> int:
     if as_json:
         print(json.dumps({"healthy": healthy, "components": [s.as_dict() for s in statuses]}))
     else:
-        print(f"{'component':<10} {'pid':>8} {'port':>6}  {'health':<9} detail")
+        print(f"{'component':<18} {'pid':>8} {'port':>6}  {'health':<9} detail")
         for s in statuses:
             health = "healthy" if s.healthy else "DOWN"
-            print(f"{s.name:<10} {s.pid or '-':>8} {s.port:>6}  {health:<9} {s.detail}")
+            print(f"{s.name:<18} {s.pid or '-':>8} {s.port:>6}  {health:<9} {s.detail}")
     return 0 if healthy else 1

@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local.processes import free_ports
+from deploy.local.processes import free_ports, port_is_free
+
+SERVICES = {"writer", "project-surface", "project-transcript", "project-audit"}
+
+
+def _free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports (the services' /metrics ports)."""
+    while True:
+        (base,) = free_ports(1)
+        if base + count < 65536 and all(port_is_free(base + i) for i in range(count)):
+            return base
 
 
 def _dsh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,6 +46,7 @@ def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "DSH_LOCAL_CONTROLLER_PORT": str(controller_port),
         "DSH_LOCAL_REDIS_PORT": str(redis_port),
         "DSH_LOCAL_PARTITIONS": "2",
+        "DSH_LOCAL_METRICS_PORT": str(_free_port_run(4)),
     }
     try:
         yield env
@@ -51,25 +62,52 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def test_up_twice_is_harmless_and_down_leaves_no_processes(stack_env: dict[str, str]) -> None:
+def test_up_twice_is_harmless_demo_runs_and_down_leaves_no_processes(
+    stack_env: dict[str, str],
+) -> None:
+    servers_only = _dsh(stack_env, "up", "--no-services", "--json")
+    assert servers_only.returncode == 0, servers_only.stderr
+    servers = {c["name"]: c["pid"] for c in json.loads(servers_only.stdout)["components"]}
+    assert set(servers) == {"kafka-1", "redis"}
+
+    # Then the whole stack: the servers already running are kept, the services added.
     first = _dsh(stack_env, "up", "--json")
     assert first.returncode == 0, first.stderr
     status = json.loads(first.stdout)
     assert status["healthy"] is True
     pids = {c["name"]: c["pid"] for c in status["components"]}
-    assert set(pids) == {"kafka-1", "redis"}
+    assert set(pids) == {"kafka-1", "redis", *SERVICES}
+    assert {name: pids[name] for name in servers} == servers
     assert all(_pid_alive(pid) for pid in pids.values())
-    # The servers are real: a JVM running Kafka's main class, and redis-server.
+    # The servers are real: a JVM running Kafka's main class, and redis-server; the services
+    # are `dsh writer` and `dsh project NAME` processes.
     kafka_cmd = Path(f"/proc/{pids['kafka-1']}/cmdline").read_bytes().split(b"\0")
     assert kafka_cmd[0].endswith(b"java") and b"kafka.Kafka" in kafka_cmd
     assert b"redis-server" in Path(f"/proc/{pids['redis']}/cmdline").read_bytes()
+    assert b"writer" in Path(f"/proc/{pids['writer']}/cmdline").read_bytes().split(b"\0")
 
     second = _dsh(stack_env, "up", "--json")
     assert second.returncode == 0, second.stderr
     assert {c["name"]: c["pid"] for c in json.loads(second.stdout)["components"]} == pids
 
+    # `dsh demo` on the running stack: the real processes validate, commit and project it.
+    demo = _dsh(stack_env, "demo", "--json")
+    assert demo.returncode == 0, demo.stderr
+    run = json.loads(demo.stdout)
+    assert len(run["surface"]["messages"]) == 8
+    assert len(run["summary"]["replaced"]) == 38
+    assert sum(e["type"] == "turn/start" for e in run["transcript"]) == 12
+    assert set(run["metrics"]) == SERVICES and set(run["logs"]) >= SERVICES
+    port, redis_port = stack_env["DSH_LOCAL_KAFKA_PORT"], stack_env["DSH_LOCAL_REDIS_PORT"]
+    clients = {
+        "DSH_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}",
+        "DSH_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+    }
+    verify = _dsh({**stack_env, **clients}, "verify", run["session"])
+    assert verify.returncode == 0, verify.stderr
+
     down = _dsh(stack_env, "down")
-    assert down.returncode == 0 and "stopped 2" in down.stdout
+    assert down.returncode == 0 and "stopped 6" in down.stdout
     assert not any(_pid_alive(pid) for pid in pids.values())
 
     after = _dsh(stack_env, "status", "--json")
