@@ -1,0 +1,277 @@
+"""The `dsh` command against a real pipeline: the demo's session, every read command (and its
+--json), `dsh tail`, and the errors that name their fix (broker, topic, Redis, blocked or
+unknown session). A writer and the three projectors run in threads of this process; each
+command runs as a subprocess, as a user would run it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+import dsh
+from deploy.config import KafkaSettings
+from deploy.interpreters import OFFLOAD_SPEC, offload_images
+from deploy.local.processes import free_ports
+from deploy.topics import ensure_topics
+from dsh.cli import build_parser
+from dsh.cli.demo import DemoRun, render, run_demo
+from dsh.cli.demo_script import TURNS, run_script
+from producers import SessionClient
+from projectors.keys import Keys
+from projectors.read_api import Reader
+from tests.conftest import TEST_PARTITIONS
+from tests.integration.projector_support import (
+    projectors_running,
+    publish,
+    scripted_session,
+    wait_until,
+)
+from tests.integration.writer_support import running_writer, writer_settings
+
+
+@dataclass
+class Pipeline:
+    kafka: KafkaSettings
+    redis_url: str
+    key_prefix: str
+    run: DemoRun
+    client: SessionClient
+    env: dict[str, str]
+
+
+def _env(kafka: KafkaSettings, redis_url: str, key_prefix: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    env.update(
+        DSH_KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
+        DSH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
+        DSH_REDIS_URL=redis_url,
+        DSH_PROJECTOR_KEY_PREFIX=key_prefix,
+        DSH_PROJECTOR_GROUP_PREFIX=f"g-{kafka.topic_prefix}",
+    )
+    env.update(extra)
+    return env
+
+
+def _dsh(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dsh.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def pipeline(servers: Any) -> Iterator[Pipeline]:
+    """The demo's session, appended through a real writer and projected by real projectors
+    (the same interpreter spec as the local stack)."""
+    kafka = KafkaSettings(
+        bootstrap_servers=servers.bootstrap_servers,
+        topic_prefix=f"test-{uuid.uuid4().hex[:12]}.dsh.session",
+    )
+    ensure_topics(kafka, TEST_PARTITIONS)
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
+    with (
+        running_writer(kafka, writer_settings(projections=OFFLOAD_SPEC)),
+        projectors_running(kafka, servers.redis_url, projections=OFFLOAD_SPEC, key_prefix=prefix),
+        SessionClient(settings=kafka) as client,
+    ):
+        reader = Reader(redis.Redis.from_url(servers.redis_url), Keys(prefix))
+        run = run_demo(client, reader, timeout_s=60)
+        yield Pipeline(
+            kafka, servers.redis_url, prefix, run, client, _env(kafka, servers.redis_url, prefix)
+        )
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def test_the_demo_session_projects_what_the_core_derives(pipeline: Pipeline) -> None:
+    run = pipeline.run
+    # The same script on the in-process core: the pipeline's read models must agree with it.
+    local = dsh.Session.create("local")
+    local.register_message_projection("image/offload", offload_images)
+    script = run_script(
+        lambda t, d, op, src: local.append(t, d, surface_op=op, source_event_seqs=src)
+    )
+    assert _plain(run.surface.messages) == _plain(local.derive_messages())
+    assert run.surface.nodes == list(local.surface.nodes) == script.nodes
+    # What the model sees: the prompt, the summary, then the turns after it; the screenshot
+    # offloaded and the long tool output trimmed.
+    texts = [json.dumps(m["content"]) for m in run.surface.messages]
+    assert "Summary of turns 1-10" in texts[1]
+    assert "[image offloaded to blob://demo/ci-dashboard.png]" in texts[2]
+    assert "lines trimmed" in texts[4]
+    # The human transcript keeps every turn, the image and the full tool output.
+    assert sum(e.type == "turn/start" for e in run.transcript) == len(TURNS)
+    assert "pull layer 17/40" in json.dumps([e.event for e in run.transcript])
+    assert any(e.type == "assistant/attempt" for e in run.transcript)
+    # Provenance: the summary replaced 38 nodes and cites each one.
+    replaced = run.audit.replaced(run.script.summary_seq)
+    assert [r["seq"] for r in replaced] == run.script.summarized and len(replaced) == 38
+    assert all(run.audit.shadowed_by[s] == run.script.summary_seq for s in run.script.summarized)
+    # The fork sees the parent's messages plus its own question and answer.
+    assert _plain(run.fork_surface.messages[:-2]) == _plain(run.surface.messages)
+    text = render(run)
+    for heading in ("1. WHAT THE MODEL SEES NEXT", "2. WHAT THE HUMAN", "3. PROVENANCE", "4. THE"):
+        assert heading in text
+
+
+def test_show_prints_each_read_model_as_json(pipeline: Pipeline) -> None:
+    sid, run = pipeline.run.session_id, pipeline.run
+    surface = _dsh(pipeline.env, "show", "surface", sid, "--json")
+    assert surface.returncode == 0, surface.stderr
+    assert json.loads(surface.stdout) == _plain(run.surface.to_json())
+    transcript = _dsh(pipeline.env, "show", "transcript", sid, "--json")
+    assert [e["seq"] for e in json.loads(transcript.stdout)] == [e.seq for e in run.transcript]
+    audit = json.loads(_dsh(pipeline.env, "show", "audit", sid, "--json").stdout)
+    summary = audit["events"][str(run.script.summary_seq)]
+    assert summary["shadowed"] == run.script.summarized
+    human = _dsh(pipeline.env, "show", "surface", sid)
+    assert human.returncode == 0 and "Summary of turns 1-10" in human.stdout
+
+
+def test_verify_and_replay_report_as_json(pipeline: Pipeline) -> None:
+    sid = pipeline.run.session_id
+    verify = _dsh(pipeline.env, "verify", sid, "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert json.loads(verify.stdout)["ok"] is True
+    replay = _dsh(pipeline.env, "replay", sid, "--json")
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout)["sessions"] == 1
+    again = _dsh(pipeline.env, "verify", pipeline.run.fork_id)
+    assert again.returncode == 0 and "match the core" in again.stdout
+
+
+def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def test_tail_prints_the_last_entries_then_follows(pipeline: Pipeline) -> None:
+    sid = pipeline.run.session_id
+    last = pipeline.run.script.last_seq
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh.cli", "tail", sid, "-n", "2", "--json"],
+        env=pipeline.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = _lines(proc)
+        first = [json.loads(lines.get(timeout=30)) for _ in range(2)]
+        assert [e["seq"] for e in first] == [last - 2, last]  # the step/end is not an entry
+        note = {
+            "id": "late",
+            "role": "user",
+            "content": [{"type": "text", "text": "one more"}],
+            "source": {"kind": "user"},
+        }
+        pipeline.client.append(sid, "user/message", note, surface_op="append")
+        followed = json.loads(lines.get(timeout=30))
+        assert followed["seq"] == last + 1 and followed["data"]["id"] == "late"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_help_lists_every_command_and_every_read_command_has_json() -> None:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands: dict[str, argparse.ArgumentParser] = action.choices
+    text = parser.format_help()
+    for name in commands:
+        assert f"dsh {name}" in text, name
+    for name in ("show", "tail", "verify", "replay", "status", "up", "demo", "import", "export"):
+        options = {o for a in commands[name]._actions for o in a.option_strings}
+        assert "--json" in options, name
+
+
+def test_errors_name_the_fix(pipeline: Pipeline) -> None:
+    (dead,) = free_ports(1)
+    env = pipeline.env
+    unreachable = _dsh(
+        {**env, "DSH_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{dead}"}, "verify", "x", "--timeout", "1"
+    )
+    assert unreachable.returncode == 1
+    assert "dsh: error [BROKER_UNREACHABLE]" in unreachable.stderr
+    assert "is Kafka running? `dsh up`" in unreachable.stderr
+    assert "Traceback" not in unreachable.stderr and "%3|" not in unreachable.stderr
+
+    demo = _dsh(
+        {**env, "DSH_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{dead}"}, "demo", "--no-up",
+        "--timeout", "1",
+    )  # fmt: skip
+    assert demo.returncode == 1 and "[BROKER_UNREACHABLE]" in demo.stderr
+
+    missing = _dsh({**env, "DSH_KAFKA_TOPIC_PREFIX": "nobody.made.these"}, "replay", "--json")
+    assert missing.returncode == 1
+    assert "dsh: error [TOPIC_MISSING]" in missing.stderr
+    assert "create topics with `dsh up`" in missing.stderr
+
+    no_redis = _dsh({**env, "DSH_REDIS_URL": f"redis://127.0.0.1:{dead}/0"}, "show", "audit", "x")
+    assert no_redis.returncode == 1
+    assert (
+        "dsh: error [REDIS_UNREACHABLE]" in no_redis.stderr and "Traceback" not in no_redis.stderr
+    )
+
+    unknown = _dsh(env, "show", "surface", "no-such-session")
+    assert unknown.returncode == 1 and "dsh: error [SESSION_UNKNOWN]" in unknown.stderr
+
+
+def test_a_blocked_session_is_an_error_saying_why(servers: Any) -> None:
+    """Projectors without the image/offload interpreter block the session's surface; an
+    undecodable record blocks every projection of its session, the transcript included."""
+    kafka = KafkaSettings(
+        bootstrap_servers=servers.bootstrap_servers,
+        topic_prefix=f"test-{uuid.uuid4().hex[:12]}.dsh.session",
+    )
+    ensure_topics(kafka, TEST_PARTITIONS)
+    prefix = f"blk-{uuid.uuid4().hex[:8]}"
+    needs = scripted_session("needs-offload").session
+    publish(kafka, [(needs.id, e.to_json()) for e in needs.events()])
+    publish(kafka, [("garbled", b"\x00not an event")])
+    env = _env(kafka, servers.redis_url, prefix)
+    reader = Reader(redis.Redis.from_url(servers.redis_url), Keys(prefix))
+    with projectors_running(kafka, servers.redis_url, projections="", key_prefix=prefix):
+        wait_until(
+            lambda: (
+                bool(reader.blocked("surface", needs.id))
+                and bool(reader.blocked("transcript", "garbled"))
+            ),
+            what="both sessions blocked",
+        )
+    shown = _dsh(env, "show", "surface", needs.id)
+    assert shown.returncode == 1
+    assert "BLOCKED at seq" in shown.stdout  # the view up to the block is still printed
+    assert "dsh: error [SESSION_BLOCKED]" in shown.stderr
+    assert "MISSING_INTERPRETER" in shown.stderr and "image/offload" in shown.stderr
+    assert f"`dsh replay {needs.id}`" in shown.stderr
+    as_json = _dsh(env, "show", "surface", needs.id, "--json")
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["blocked"]["seq"] >= 0
+
+    tail = _dsh(env, "tail", "garbled", timeout=30)
+    assert tail.returncode == 1
+    assert "dsh: error [SESSION_BLOCKED]" in tail.stderr and "transcript" in tail.stderr
