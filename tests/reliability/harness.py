@@ -1,0 +1,620 @@
+"""The fault-test harness: services as real processes, a pipelined load of many sessions
+through ``SessionClient`` with every acknowledged append recorded client side, and the
+history checker (every acknowledged event in the events topic exactly once, in order, seqs
+contiguous per session, and the projectors' ``verify`` clean for every session)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from pydantic import SecretStr
+
+from deploy.config import KafkaSettings
+from deploy.topics import partition_for
+from producers import AppendTimeoutError, SessionClient
+from producers.restore import REQUEST_HEADER
+from schemas import decode_event
+
+REPO = Path(__file__).resolve().parents[2]
+PARTITIONS = 4
+PROJECTIONS = ("surface", "transcript", "audit")
+FIGURES = Path(os.environ.get("DSH_RELIABILITY_FIGURES", REPO / ".state" / "reliability.jsonl"))
+
+
+@dataclass(frozen=True)
+class Load:
+    """How hard the harness pushes: ``DSH_RELIABILITY_LOAD=full`` for the documented run."""
+
+    name: str
+    sessions: int
+    window: int  # appends in flight per session
+    warmup_s: float  # load held before the fault
+    after_s: float  # load held after recovery
+
+    @classmethod
+    def from_env(cls) -> Load:
+        if os.environ.get("DSH_RELIABILITY_LOAD", "reduced") == "full":
+            return cls("full", sessions=200, window=16, warmup_s=20.0, after_s=15.0)
+        return cls("reduced", sessions=24, window=4, warmup_s=3.0, after_s=2.0)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll until true; returns the seconds it took. Bounded: fails after ``timeout``."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
+    """``DSH_KAFKA_*`` for a child process, secrets included (they stay in the env)."""
+    env = {}
+    for name in KafkaSettings.model_fields:
+        value = getattr(kafka, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        env[f"DSH_KAFKA_{name.upper()}"] = str(value)
+    return env
+
+
+class Service:
+    """``python -m dsh.cli ARGS`` with its own env and a log file; signals go to its pid."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.args = args
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")} | env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0  # by the supervisor, after the process exited on its own
+        self.expected_down = False  # killed on purpose: the supervisor leaves it down
+        self.start()
+
+    def start(self) -> None:
+        self.expected_down = False
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "dsh.cli", *self.args],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would, and reap it."""
+        assert self.process is not None
+        self.expected_down = True
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def owned(self) -> list[int] | None:
+        """A writer's partitions, from its last "; owning [..]" line (None before any)."""
+        owned = None
+        for line in self.log().splitlines():
+            if "; owning [" in line:
+                inside = line.rsplit("; owning [", 1)[1].split("]", 1)[0]
+                owned = [int(p) for p in inside.split(",") if p.strip()]
+        return owned
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with_cont = self.process
+            with_cont.send_signal(signal.SIGCONT)
+            with_cont.send_signal(signal.SIGKILL)
+            with_cont.wait(10)
+
+
+@dataclass
+class Namespace:
+    """One test's private names on the shared cluster: topics, groups, Redis keys."""
+
+    kafka: KafkaSettings
+    redis_url: str
+    tmp: Path
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    redis_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key_prefix(self) -> str:
+        return f"r{self.tag}"
+
+    def writer_env(self, **extra: object) -> dict[str, str]:
+        settings: dict[str, object] = {
+            "group_id": f"dsh-writer-{self.tag}",
+            "metrics_port": 0,
+            "session_timeout_ms": 6000,
+            "transaction_timeout_ms": 6000,
+            "restore_timeout_ms": 60_000,
+            "snapshot_every": 20,
+        } | extra
+        return kafka_env(self.kafka) | {
+            f"DSH_WRITER_{k.upper()}": str(v) for k, v in settings.items()
+        }
+
+    def projector_env(self, **extra: object) -> dict[str, str]:
+        settings: dict[str, object] = {
+            "group_prefix": f"dsh-projector-{self.tag}",
+            "key_prefix": self.key_prefix,
+            "poll_timeout_s": 0.05,
+            "sentinel_interval_s": 0.3,
+            "session_timeout_ms": 6000,
+        } | extra
+        return (
+            kafka_env(self.kafka)
+            | {"DSH_REDIS_URL": self.redis_url}
+            | self.redis_env
+            | {f"DSH_PROJECTOR_{k.upper()}": str(v) for k, v in settings.items()}
+        )
+
+    def writer(self, name: str, **extra: object) -> Service:
+        return Service(name, ["writer"], self.writer_env(**extra), self.tmp / f"{name}.log")
+
+    def projector(self, projection: str, **extra: object) -> Service:
+        return Service(
+            projection,
+            ["project", projection],
+            self.projector_env(**extra),
+            self.tmp / f"projector-{projection}.log",
+        )
+
+
+def split(writers: list[Service]) -> bool:
+    """Every partition owned, each by exactly one of the writers."""
+    owned = [w.owned() for w in writers if w.alive()]
+    flat = sorted(p for o in owned for p in (o or []))
+    return flat == list(range(PARTITIONS)) and all(owned)
+
+
+def sessions_spread(count: int, prefix: str = "s") -> list[str]:
+    """Session ids spread evenly over the partitions."""
+    buckets: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+    per = -(-count // PARTITIONS)
+    i = 0
+    while any(len(b) < per for b in buckets.values()):
+        sid = f"{prefix}-{uuid.uuid4().hex[:8]}-{i}"
+        bucket = buckets[partition_for(sid, PARTITIONS)]
+        if len(bucket) < per:
+            bucket.append(sid)
+        i += 1
+    return [sid for i in range(per) for p in range(PARTITIONS) for sid in buckets[p][i : i + 1]][
+        :count
+    ]
+
+
+# -- the load ---------------------------------------------------------------------------
+
+
+def _text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+def script_step(i: int, rid: str) -> tuple[str, Any, Any]:
+    """The i-th append of a session: turns of six events, the two messages on the surface."""
+    turn, k = i // 6 + 1, i % 6
+    model = {"kind": "model", "provider": "mock", "model": "m1"}
+    if k == 0:
+        return "turn/start", {"turn": turn}, None
+    if k == 1:
+        message = {"id": rid, "role": "user", "content": [_text(rid)], "source": {"kind": "user"}}
+        return "user/message", message, "append"
+    if k == 2:
+        return "step/start", {"turn": turn, "step": 1}, None
+    if k == 3:
+        message = {"id": rid, "role": "assistant", "content": [_text("ok")], "source": model}
+        data = {"turn": turn, "step": 1, "message": message, "stream": [{"t": 0, "kind": "text"}]}
+        return "assistant/message", data, "append"
+    if k == 4:
+        return "step/end", {"turn": turn, "step": 1}, None
+    return "turn/end", {"turn": turn, "reason": {"kind": "completed"}}, None
+
+
+@dataclass
+class Ack:
+    seq: int
+    request_id: str
+    at: float  # monotonic time of the acknowledgement
+
+
+class History:
+    """What the client saw: acknowledgements per session, rejections, retries."""
+
+    def __init__(self, sessions: list[str]) -> None:
+        self.sessions = sessions
+        self.acked: dict[str, list[Ack]] = {sid: [] for sid in sessions}
+        self.rejected: list[tuple[str, str, str]] = []  # (session, request id, error)
+        self.retries = 0
+        self.unresolved = 0
+        self.abandoned = 0  # timed out after the load was told to stop (outcome unknown)
+        self.lock = threading.Lock()
+
+    def total(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def count_at(self) -> dict[str, int]:
+        with self.lock:
+            return {sid: len(v) for sid, v in self.acked.items()}
+
+    def last_seq(self) -> dict[str, int]:
+        with self.lock:
+            return {sid: (v[-1].seq if v else -1) for sid, v in self.acked.items()}
+
+    def first_ack_after(self, t: float) -> dict[str, float | None]:
+        with self.lock:
+            return {sid: next((a.at for a in v if a.at > t), None) for sid, v in self.acked.items()}
+
+
+class LoadDriver:
+    """One thread per session keeping ``window`` appends in flight (``append_async``); a
+    timed-out append is retried with the same request id (safe: answered, never doubled)."""
+
+    def __init__(self, client: SessionClient, history: History, window: int) -> None:
+        self.client = client
+        self.history = history
+        self.window = window
+        self.stop_flag = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._run, args=(sid,), daemon=True, name=f"load-{sid}")
+            for sid in history.sessions
+        ]
+
+    def __enter__(self) -> LoadDriver:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        deadline = time.monotonic() + 60
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in self.threads), "load threads did not finish"
+
+    def _submit(self, sid: str, i: int, rid: str) -> Future[Any]:
+        type_, data, op = script_step(i, rid)
+        return self.client.append_async(sid, type_, data, surface_op=op, request_id=rid)
+
+    def _run(self, sid: str) -> None:
+        h = self.history
+        in_flight: collections.deque[tuple[int, str, Future[Any]]] = collections.deque()
+        i = 0
+        while True:
+            while not self.stop_flag.is_set() and len(in_flight) < self.window:
+                rid = f"{sid}/{i}"
+                in_flight.append((i, rid, self._submit(sid, i, rid)))
+                i += 1
+            if not in_flight:
+                return
+            n, rid, future = in_flight.popleft()
+            for _attempt in range(30):
+                try:
+                    ev = future.result()
+                except AppendTimeoutError:
+                    if self.stop_flag.is_set():
+                        # Winding down: an unknown outcome is simply not acknowledged.
+                        with h.lock:
+                            h.abandoned += 1
+                        break
+                    with h.lock:
+                        h.retries += 1
+                    future = self._submit(sid, n, rid)
+                    continue
+                except Exception as exc:
+                    with h.lock:
+                        h.rejected.append((sid, rid, f"{type(exc).__name__}: {exc}"))
+                    # Later appends of this session depend on this one: stop the session.
+                    for _, _, f in in_flight:
+                        f.cancel()
+                    return
+                with h.lock:
+                    h.acked[sid].append(Ack(ev.seq, rid, time.monotonic()))
+                break
+            else:
+                with h.lock:
+                    h.unresolved += 1
+                return
+            if self.stop_flag.is_set() and h.abandoned:
+                return
+
+
+# -- the checker ------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    acknowledged: int
+    lost: int
+    duplicated: int
+    out_of_order: list[str]
+    mismatched: list[str]
+    events_in_topic: int
+
+    def assert_clean(self) -> None:
+        assert self.lost == 0, f"{self.lost} acknowledged appends lost"
+        assert self.duplicated == 0, f"{self.duplicated} appends published twice"
+        assert not self.out_of_order, self.out_of_order[:5]
+        assert not self.mismatched, self.mismatched[:5]
+
+
+def read_topic(kafka: KafkaSettings, topic: str, timeout_s: float = 60.0) -> list[Any]:
+    """Every committed record of a topic, partition by partition in offset order."""
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"checker-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        pending, out = set(parts), []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            assert time.monotonic() < deadline, f"no end of {topic} in {timeout_s}s"
+            for m in consumer.consume(1000, 0.2):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(m.partition())
+                        continue
+                    raise AssertionError(f"reading {topic}: {err}")
+                out.append(m)
+        return out
+    finally:
+        consumer.close()
+
+
+def check_history(kafka: KafkaSettings, history: History) -> Verdict:
+    """Jepsen-style: the client's acknowledgements against the topic's committed records."""
+    in_topic: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
+    for m in read_topic(kafka, kafka.topic("events")):
+        record = decode_event(m.value())
+        rid = dict(m.headers() or []).get(REQUEST_HEADER, b"").decode()
+        in_topic[record.session_id].append((record.event["seq"], rid))
+    lost = duplicated = 0
+    out_of_order, mismatched = [], []
+    for sid in history.sessions:
+        events = in_topic.get(sid, [])
+        seqs = [s for s, _ in events]
+        if seqs != list(range(len(seqs))):
+            out_of_order.append(f"{sid}: seqs in topic order {seqs[:20]}…")
+        rids = [r for _, r in events]
+        duplicated += len(rids) - len(set(rids))
+        where = {r: s for s, r in events}
+        for ack in history.acked[sid]:
+            if ack.request_id not in where:
+                lost += 1
+            elif where[ack.request_id] != ack.seq:
+                mismatched.append(
+                    f"{sid}: {ack.request_id} acked as {ack.seq}, in topic as "
+                    f"{where[ack.request_id]}"
+                )
+    return Verdict(
+        history.total(),
+        lost,
+        duplicated,
+        out_of_order,
+        mismatched,
+        sum(len(v) for v in in_topic.values()),
+    )
+
+
+def applied(client: redis.Redis, prefix: str, projection: str, sid: str) -> int:
+    value = client.hget(f"{prefix}:{{{sid}}}:{projection}:meta", "applied")
+    return -1 if value is None else int(value)
+
+
+def projections_reach(
+    client: redis.Redis, prefix: str, targets: dict[str, int], projections: Iterable[str]
+) -> bool:
+    pipe = client.pipeline(transaction=False)
+    pairs = [(p, sid) for p in projections for sid, seq in targets.items() if seq >= 0]
+    for p, sid in pairs:
+        pipe.hget(f"{prefix}:{{{sid}}}:{p}:meta", "applied")
+    try:
+        values = pipe.execute()
+    except redis.RedisError:
+        return False
+    return all(
+        v is not None and int(v) >= targets[sid] for (_, sid), v in zip(pairs, values, strict=True)
+    )
+
+
+def topic_ends(kafka: KafkaSettings, history: History) -> dict[str, int]:
+    """The last committed seq per session in the topic (the projectors' target)."""
+    last: dict[str, int] = {sid: -1 for sid in history.sessions}
+    for m in read_topic(kafka, kafka.topic("events")):
+        record = decode_event(m.value())
+        if record.session_id in last:
+            last[record.session_id] = max(last[record.session_id], record.event["seq"])
+    return last
+
+
+def verify_all(ns: Namespace, client: redis.Redis, sessions: list[str], timeout_s: float) -> float:
+    """Wait (bounded) for all three projections to reach the topic's end, then run the
+    projectors' verify for every session. Returns the seconds the catch-up took."""
+    from projectors.keys import Keys
+    from projectors.read_api import Reader
+    from projectors.topic_reader import read_sessions
+    from projectors.verify import verify
+
+    history = History(sessions)
+    targets = topic_ends(ns.kafka, history)
+    took = wait_for(
+        lambda: projections_reach(client, ns.key_prefix, targets, PROJECTIONS),
+        timeout_s,
+        "the projectors to reach the end of the log",
+    )
+    reader = Reader(client, Keys(ns.key_prefix))
+    by_partition: dict[int, list[str]] = collections.defaultdict(list)
+    for sid in sessions:
+        by_partition[partition_for(sid, PARTITIONS)].append(sid)
+    failures = []
+    for p, sids in by_partition.items():
+        items = read_sessions(ns.kafka, ns.kafka.topic("events"), p, sids)
+        for sid in sids:
+            report = verify(sid, items[sid], reader, {})
+            if not report.ok:
+                failures.append(f"{sid}: {report.differences[:2]}")
+    assert not failures, f"verify failed for {len(failures)} sessions: {failures[:3]}"
+    return took
+
+
+def record_figures(name: str, load: Load, verdict: Verdict, **extra: Any) -> dict[str, Any]:
+    """One line of figures per run (for RELIABILITY.md), also printed."""
+    row = {
+        "test": name,
+        "load": load.name,
+        "sessions": load.sessions,
+        "window": load.window,
+        "acknowledged": verdict.acknowledged,
+        "lost": verdict.lost,
+        "duplicated": verdict.duplicated,
+        "events_in_topic": verdict.events_in_topic,
+        **{k: round(v, 2) if isinstance(v, float) else v for k, v in extra.items()},
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    with FIGURES.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    print("RELIABILITY", json.dumps(row))
+    return row
+
+
+def recovery_seconds(
+    history: History, fault_at: float, counts_at_fault: dict[str, int], window: int
+) -> float:
+    """Fault → every session has an acknowledged append that was submitted after the fault
+    (its ``count + window``-th: at most ``window`` were in flight then); the slowest one."""
+    with history.lock:
+        times = [
+            acks[counts_at_fault[sid] + window].at
+            for sid, acks in history.acked.items()
+            if len(acks) > counts_at_fault[sid] + window
+        ]
+    assert len(times) == len(history.sessions), "a session never recovered"
+    return max(times) - fault_at
+
+
+def recovered(history: History, counts_at_fault: dict[str, int], window: int) -> bool:
+    now = history.count_at()
+    return all(now[sid] > counts_at_fault[sid] + window for sid in history.sessions)
+
+
+class Pipeline:
+    """Two writers and the three projectors, each its own process, in one namespace."""
+
+    def __init__(self, ns: Namespace, projectors: bool = True, **writer_extra: object) -> None:
+        self.ns = ns
+        self.writers = [
+            ns.writer("writer-a", **writer_extra),
+            ns.writer("writer-b", **writer_extra),
+        ]
+        self.projectors = {p: ns.projector(p) for p in PROJECTIONS} if projectors else {}
+        self._closing = threading.Event()
+        self._supervisor = threading.Thread(target=self.supervise, daemon=True)
+
+    def supervise(self) -> None:
+        """What systemd or Kubernetes does: start again a service that exited by itself (a
+        writer stops on a fatal producer error by design, to restart as a fresh member)."""
+        while not self._closing.wait(0.2):
+            for s in self.services():
+                if not s.expected_down and not s.alive() and not self._closing.is_set():
+                    s.restarts += 1
+                    s.start()
+
+    def restarts(self) -> dict[str, int]:
+        return {s.name: s.restarts for s in self.services() if s.restarts}
+
+    def __enter__(self) -> Pipeline:
+        self._supervisor.start()
+        try:
+            wait_for(lambda: split(self.writers), 90, "two writers splitting the partitions")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join(5)
+        for s in [*self.writers, *self.projectors.values()]:
+            s.close()
+
+    def services(self) -> list[Service]:
+        return [*self.writers, *self.projectors.values()]
+
+
+def run_load(
+    ns: Namespace,
+    load: Load,
+    sessions: list[str],
+    fault: Callable[[History, dict[str, int]], dict[str, Any]],
+    client_timeout: float = 8.0,
+) -> tuple[History, dict[str, Any]]:
+    """Hold the load, inject the fault, wait (bounded) until every session is served again,
+    hold the load a little longer, stop. ``fault(history, counts)`` returns extra figures."""
+    history = History(sessions)
+    with (
+        SessionClient(settings=ns.kafka, timeout=client_timeout) as client,
+        LoadDriver(client, history, load.window),
+    ):
+        wait_for(lambda: all(n > load.window for n in history.count_at().values()), 60, "load")
+        time.sleep(load.warmup_s)
+        counts = history.count_at()
+        fault_at = time.monotonic()
+        extra = fault(history, counts)
+        wait_for(lambda: recovered(history, counts, load.window), 120, "every session served")
+        extra.setdefault("recovery_s", recovery_seconds(history, fault_at, counts, load.window))
+        time.sleep(load.after_s)
+    assert not history.rejected, history.rejected[:3]
+    assert history.unresolved == 0
+    extra["retries"] = history.retries
+    return history, extra
