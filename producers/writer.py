@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -309,9 +310,17 @@ class Writer:
             for p in offsets:
                 self._maybe_checkpoint(self.partitions[p])
             started = time.monotonic()
+            group = self._consumer.consumer_group_metadata()
+            if unfenced(group):
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError.UNKNOWN_MEMBER_ID,
+                        "group membership lost before the offsets were sent",
+                    )
+                )
             producer.send_offsets_to_transaction(
                 [TopicPartition(self.topics.commands, p, o) for p, o in offsets.items()],
-                self._consumer.consumer_group_metadata(),
+                group,
                 _KAFKA_TIMEOUT_S,
             )
             self._commit()
@@ -564,6 +573,19 @@ class Writer:
             log.warning("failpoint: stopping before producing request %s", request_id)
             os.kill(os.getpid(), signal.SIGSTOP)
             log.warning("failpoint: resumed")
+
+
+def unfenced(group_metadata: object) -> bool:
+    """True for group metadata the broker would not check: a member that lost its membership
+    (generation -1, no member id) looks like a pre-KIP-447 producer, whose transactional
+    offsets the coordinator accepts as they are. Reads librdkafka's serialized form
+    ("CGMDv2:", native int32 generation, group id NUL, member id NUL, ...)."""
+    if not (isinstance(group_metadata, bytes) and group_metadata.startswith(b"CGMDv2:")):
+        return False  # a form we do not know: the broker's own checks still apply
+    generation = int.from_bytes(group_metadata[7:11], sys.byteorder, signed=True)
+    fields = group_metadata[11:].split(b"\0")
+    member = fields[1] if len(fields) > 1 else b""
+    return generation < 0 or not member
 
 
 def _ids(partitions: Sequence[TopicPartition]) -> list[int]:

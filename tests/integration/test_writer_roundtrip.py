@@ -26,7 +26,7 @@ from producers import (
 )
 from producers.restore import reader_consumer
 from producers.wire import committed_reply
-from producers.writer import Writer
+from producers.writer import Writer, unfenced
 from schemas import (
     AppendCommand,
     AppendReply,
@@ -435,3 +435,23 @@ def test_a_timed_out_append_is_safe_to_retry_with_its_request_id(topics: KafkaSe
             assert retried.seq == 0
             assert client.append(sid, "user/message", user("u1"), surface_op="append").seq == 1
         assert [e.data["id"] for e in client.read(sid).events()] == ["u0", "u1"]
+
+
+def test_offsets_are_only_sent_with_group_metadata_the_broker_checks(
+    topics: KafkaSettings,
+) -> None:
+    member = Consumer({**topics.client_config(), "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+    try:
+        member.subscribe([topics.topic("commands")])
+        for _ in range(100):
+            member.poll(0.1)
+            if member.assignment():
+                break
+        assert member.assignment()
+        assert not unfenced(member.consumer_group_metadata())  # a live member
+    finally:
+        member.close()
+    # What librdkafka hands out once membership is gone: generation -1, no member id.
+    assert unfenced(b"CGMDv2:\xff\xff\xff\xffdsh-writer\x00\x00\x01")
+    assert unfenced(b"CGMDv2:\x05\x00\x00\x00dsh-writer\x00\x00\x01")
+    assert not unfenced(b"CGMDv2:\x05\x00\x00\x00dsh-writer\x00rdkafka-1\x00\x01")
