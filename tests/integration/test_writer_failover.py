@@ -1,7 +1,8 @@
 """Two writer processes (`python -m dsh.cli writer`) share the partitions. One is SIGKILLed
 under load: the other takes over from the log, and no acknowledged append is lost or
 duplicated. One is SIGSTOPped mid-batch: once resumed after losing its partitions, it cannot
-publish (its offsets carry a stale group generation, so its transaction aborts)."""
+publish: its offsets go with group metadata that is no longer valid (the writer notices the
+lost membership itself, or the coordinator refuses the stale member), so it aborts."""
 
 from __future__ import annotations
 
