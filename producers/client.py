@@ -28,6 +28,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from pydantic import SecretStr
 
 import dsh
 from deploy.config import KafkaSettings
@@ -42,6 +43,7 @@ from producers.restore import (
     read_session,
     reader_consumer,
 )
+from producers.tenancy import tenant_headers
 from producers.writer import partition_counts
 from schemas import (
     APPEND_COMMAND,
@@ -79,7 +81,13 @@ class SessionClient:
         settings: KafkaSettings | None = None,
         client_id: str | None = None,
         timeout: float = 30.0,
+        tenant: str | None = None,
+        tenant_key: SecretStr | None = None,
     ) -> None:
+        """``tenant``/``tenant_key``: the credential a writer with tenant prefixes checks."""
+        self._tenant = (
+            (tenant, tenant_key.get_secret_value().encode()) if tenant and tenant_key else None
+        )
         if settings is None:
             settings = (
                 KafkaSettings(bootstrap_servers=bootstrap_servers)
@@ -260,6 +268,8 @@ class SessionClient:
             *record_headers(APPEND_COMMAND),
             (REQUEST_HEADER, rid.encode()),
         ]
+        if self._tenant is not None:
+            headers += tenant_headers(*self._tenant, value)
 
         while True:
             try:

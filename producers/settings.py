@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from deploy.config import StrictSettings
@@ -45,6 +45,10 @@ class WriterSettings(StrictSettings):
     # Message-projection interpreters, "event/type=package.module:function,…" (the same spec
     # as DSH_PROJECTOR_PROJECTIONS): an event of a type missing here is rejected.
     projections: str = ""
+    # Per-tenant session id prefixes (see producers/tenancy.py), e.g. "acme=acme-|shared-" and
+    # "acme=<key>": a command must carry a tenant credential allowing its session id. Empty: off.
+    tenant_prefixes: str = ""
+    tenant_keys: SecretStr = SecretStr("")
     # Test-only fault injection, e.g. "stop-before-produce:<request id>": the process SIGSTOPs
     # itself in the middle of the batch that holds that request, to make zombies on purpose.
     failpoint: str = ""

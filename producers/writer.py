@@ -52,6 +52,7 @@ from producers.restore import (
 )
 from producers.settings import WriterSettings
 from producers.state import Limits, Outcome, PartitionState, use_interpreters
+from producers.tenancy import Tenancy
 from producers.wire import committed_reply, event_wire
 from schemas import (
     APPEND_REPLY,
@@ -115,6 +116,9 @@ class Writer:
         self._callback_error: Exception | None = None
         # murmur2 in Python costs more than the rest of routing a command; ids repeat a lot.
         self._partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
+        self._tenancy = Tenancy.parse(
+            settings.tenant_prefixes, settings.tenant_keys.get_secret_value()
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -460,6 +464,12 @@ class Writer:
                     "with Kafka's default (murmur2) partitioner"
                 )
             )
+        if self._tenancy.enabled:
+            denied = self._tenancy.check(
+                m.headers(), command.request_id, command.session_id, m.value() or b""
+            )
+            if denied is not None:
+                return Outcome(error=denied)
         return state.apply(command, size, self.limits)
 
     def _reply(self, command: AppendCommand, outcome: Outcome, values: list[bytes]) -> None:
