@@ -16,6 +16,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dsh
@@ -353,6 +354,14 @@ def _visible_nodes(surface: SurfaceView) -> list[int]:
 # -- the command ------------------------------------------------------------------------------
 
 
+def _shown(path: Path) -> str:
+    """A path as a user would type it: relative when it is under the current directory."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _demo(args: argparse.Namespace) -> int:
     import redis
 
@@ -392,9 +401,9 @@ def _demo(args: argparse.Namespace) -> int:
                 s.name: s.metrics_url() for s in stack.services.all if s.metrics_url() is not None
             },
             "logs": {
-                **{s.name: str(s.log_file) for s in stack.services.all},
-                "kafka": str(stack.kafka.nodes[0].home / "logs" / "server.log"),
-                "redis": str(stack.redis.process.log_file),
+                **{s.name: _shown(s.log_file) for s in stack.services.all},
+                "kafka": _shown(stack.kafka.nodes[0].home / "logs" / "server.log"),
+                "redis": _shown(stack.redis.process.log_file),
             },
         }
     require_kafka(kafka, ("commands", "events", "replies"), args.timeout)

@@ -20,6 +20,9 @@ def register(commands: Any) -> None:
         "project", help="run a projector: events topic → Redis read model (until SIGTERM)"
     )
     project.add_argument("projection", choices=PROJECTIONS)
+    project.add_argument(
+        "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default DSH_LOG_LEVEL)"
+    )
     project.set_defaults(handler=_project)
 
     show = commands.add_parser("show", help="print one session's read model from Redis")
@@ -84,6 +87,10 @@ def _services() -> Any:
 
 
 def _project(args: argparse.Namespace) -> int:
+    from deploy.logs import configure_logging
+
+    # Before the service starts: its own logging.basicConfig is then a no-op.
+    configure_logging(f"project-{args.projection}", args.log_level)
     _services().run(args.projection)
     return 0
 

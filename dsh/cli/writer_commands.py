@@ -10,15 +10,21 @@ def register(commands: Any) -> None:
     writer = commands.add_parser(
         "writer",
         help="run the single-writer service (validates commands, publishes events exactly once)",
-        description="Settings: DSH_KAFKA_* (how to reach Kafka) and DSH_WRITER_* (group, "
-        "batching, limits, snapshots, metrics port).",
+        description="Settings: DSH_KAFKA_* (how to reach Kafka), DSH_WRITER_* (group, "
+        "batching, limits, snapshots, metrics port, projections) and DSH_LOG_* (level; format "
+        "json, logfmt or text; lines on stderr).",
     )
-    writer.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    writer.add_argument(
+        "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default DSH_LOG_LEVEL)"
+    )
     writer.set_defaults(handler=_writer)
 
 
 def _writer(args: argparse.Namespace) -> int:
     # The package, not a submodule: the CLI's one sanctioned edge into a service.
     import producers
+    from deploy.logs import configure_logging
 
-    return producers.serve_writer(args.log_level)
+    # Before the service starts: its own logging.basicConfig is then a no-op.
+    settings = configure_logging("writer", args.log_level)
+    return producers.serve_writer(settings.level)
