@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 import uuid
 from concurrent.futures import Future
@@ -308,6 +309,8 @@ def render(run: DemoRun) -> str:
         f"3. PROVENANCE OF THE SUMMARY  (dsh show audit {run.session_id}): seq {s.summary_seq} "
         f"replaced {len(replaced)} surface nodes, each cited, each still in the log:"
     )
+    summary = run.surface.node_messages[s.summary_seq]["message"]
+    out.extend("  " + line for line in textwrap.wrap(f'"{message_line(summary, 1000)}"', width=96))
     turn_of = {seq: turn for turn, seqs in s.turn_nodes.items() for seq in seqs}
     by_turn: dict[int, list[str]] = {}
     for record in replaced:
