@@ -238,6 +238,7 @@ class Writer:
                 len(state.sessions),
                 state.restored_from,
                 tp.offset if tp.offset >= 0 else "beginning",
+                extra={"partition": tp.partition},  # a context field of the structured line
             )
         metrics.PARTITIONS_OWNED.set(len(self.partitions))
         return [
@@ -394,7 +395,12 @@ class Writer:
                     ) from seek_exc
                 # Already taken away (membership lost): its next owner starts at the commit.
                 self.partitions.pop(tp.partition, None)
-                log.warning("partition %d left while recovering: %s", tp.partition, seek_exc)
+                log.warning(
+                    "partition %d left while recovering: %s",
+                    tp.partition,
+                    seek_exc,
+                    extra={"partition": tp.partition},
+                )
 
     # -- one command ----------------------------------------------------------------------
 
@@ -561,7 +567,15 @@ class Writer:
     def _dead_letter(self, m: Message, exc: SessionError) -> None:
         assert self._producer is not None
         log.warning(
-            "undecodable command at %s[%s]@%s: %s", m.topic(), m.partition(), m.offset(), exc
+            "undecodable command at %s[%s]@%s: %s",
+            m.topic(),
+            m.partition(),
+            m.offset(),
+            exc,
+            extra={
+                "partition": m.partition(),
+                "session": (m.key() or b"").decode("utf-8", "replace"),
+            },
         )
         self._producer.produce(
             self.topics.dlq,
