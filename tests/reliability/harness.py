@@ -50,7 +50,7 @@ class Load:
     def from_env(cls) -> Load:
         if os.environ.get("DSH_RELIABILITY_LOAD", "reduced") == "full":
             return cls("full", sessions=200, window=16, warmup_s=20.0, after_s=15.0)
-        return cls("reduced", sessions=24, window=4, warmup_s=3.0, after_s=2.0)
+        return cls("reduced", sessions=24, window=4, warmup_s=2.0, after_s=1.0)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:

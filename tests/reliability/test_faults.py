@@ -29,6 +29,7 @@ from tests.reliability.harness import (
 )
 
 ALL = list(range(PARTITIONS))
+BROKER_DOWN_S = 5.0
 
 
 def _finish(
@@ -99,7 +100,9 @@ def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
 
         def fault(history: History, counts: dict[str, int]) -> dict[str, Any]:
             node.process().kill()
-            return {"broker": node_id, "partitions_led": leaders[node_id]}
+            time.sleep(BROKER_DOWN_S)  # down while the load goes on, then back
+            cluster.kafka.start_node(node)
+            return {"broker": node_id, "partitions_led": leaders[node_id], "down_s": BROKER_DOWN_S}
 
         try:
             history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
