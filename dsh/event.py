@@ -80,42 +80,57 @@ class Event:
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Event:
-        """Parse one wire event; ``ValidationError`` (code ``INVALID_ENVELOPE``) if malformed."""
-        if not isinstance(d, Mapping):
+        """Parse one wire event; ``ValidationError`` (code ``INVALID_ENVELOPE``) if malformed.
+
+        Values that are already frozen (FrozenDict / FrozenList, as a frozen decode gives) are
+        shared, not copied; every check runs either way."""
+        if type(d) is not dict and not isinstance(d, Mapping):
             raise ValidationError("event envelope must be a JSON object", code="INVALID_ENVELOPE")
-        extra = d.keys() - WIRE_KEYS
-        if extra:
+        if not d.keys() <= WIRE_KEYS:
+            extra = d.keys() - WIRE_KEYS
             raise ValidationError(
                 f"event envelope has unknown field(s) {', '.join(sorted(map(str, extra)))}",
                 code="INVALID_ENVELOPE",
             )
-        for key in ("type", "seq", "time", "data"):
-            if key not in d:
-                raise ValidationError(f"event envelope lacks {key!r}", code="INVALID_ENVELOPE")
-        seq, time_ = d["seq"], d["time"]
-        if not is_int(seq) or seq < 0:
+        try:
+            type_, seq, time_, data = d["type"], d["seq"], d["time"], d["data"]
+        except KeyError:
+            for key in ("type", "seq", "time", "data"):
+                if key not in d:
+                    raise ValidationError(
+                        f"event envelope lacks {key!r}", code="INVALID_ENVELOPE"
+                    ) from None
+            raise
+        if type(seq) is not int or seq < 0:
             raise ValidationError(
                 f"event seq must be an int >= 0, got {seq!r}", code="INVALID_ENVELOPE"
             )
-        if not is_int(time_):
+        if type(time_) is not int:
             raise ValidationError(
                 f"event {seq}: time must be an int (epoch ms), got {time_!r}",
                 code="INVALID_ENVELOPE",
             )
-        type_ = check_type(d["type"], seq)
-        ignorable = d.get("ignorable", False)
-        if "ignorable" in d and ignorable is not True:
-            raise ValidationError(
-                f"event {seq}: ignorable must be true or absent, got {ignorable!r}",
-                code="INVALID_IGNORABLE",
-            )
+        type_ = check_type(type_, seq)
+        ignorable = False
+        if "ignorable" in d:
+            ignorable = d["ignorable"]
+            if ignorable is not True:
+                raise ValidationError(
+                    f"event {seq}: ignorable must be true or absent, got {ignorable!r}",
+                    code="INVALID_IGNORABLE",
+                )
         op: SurfaceOp = None
         if "surfaceOp" in d:
-            op = parse_surface_op(freeze(d["surfaceOp"], "surfaceOp"), type_, strict=False)
+            op = d["surfaceOp"]
+            if type(op) is not str or op != "append":
+                op = parse_surface_op(freeze(op, "surfaceOp"), type_, strict=False)
         sources: Sources = None
         if "sourceEventSeqs" in d:
             sources = parse_sources(freeze(d["sourceEventSeqs"], "sourceEventSeqs"))
-        return Event(type_, seq, time_, freeze(d["data"]), op, sources, ignorable)
+        t = type(data)
+        if not (t is FrozenDict or t is FrozenList or t is str or t is int or data is None):
+            data = freeze(data)
+        return Event(type_, seq, time_, data, op, sources, ignorable)
 
 
 def is_int(v: object) -> bool:

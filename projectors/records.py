@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from dsh.errors import SessionError
 from dsh.event import SESSION_FORMAT_VERSION, Event
 from projectors.errors import PoisonRecordError
-from schemas.records import decode_event, encode_event
+from schemas.records import decode_event_frozen, encode_event
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
+    """A NamedTuple, not a frozen dataclass: one is built per consumed event."""
+
     session_id: str
     event: Event
     partition: int
@@ -49,7 +50,7 @@ def decode(
         session_id = key.decode("utf-8")
         if value is None:
             raise PoisonRecordError(f"session {session_id} offset {offset}: record has no value")
-        record = decode_event(value)
+        record = decode_event_frozen(value)
         if record.session_id != session_id:
             raise PoisonRecordError(
                 f"session {session_id}: record value belongs to session {record.session_id!r}"

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from deploy.config import KafkaSettings
 from deploy.topics import partition_for
 from projectors.records import Poison, Record
-from projectors.runtime import Runtime
+from projectors.runtime import Runtime, young_gc_threshold
 from projectors.topic_reader import partition_count, read_sessions, scan_partitions
 
 Progress = Callable[[int, int], None]
@@ -58,6 +58,17 @@ def replay(
     runtimes: Sequence[Runtime[Any]],
     session_ids: Iterable[str] = (),
     progress: Progress | None = None,
+) -> ReplayResult:
+    threshold = max((rt.settings.gc_threshold for rt in runtimes), default=0)
+    with young_gc_threshold(threshold):
+        return _replay(kafka, runtimes, session_ids, progress)
+
+
+def _replay(
+    kafka: KafkaSettings,
+    runtimes: Sequence[Runtime[Any]],
+    session_ids: Iterable[str],
+    progress: Progress | None,
 ) -> ReplayResult:
     topic = kafka.topic("events")
     partitions = partition_count(kafka, topic)

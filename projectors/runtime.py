@@ -9,12 +9,14 @@ duplicate is skipped, a gap (Redis lost state) rebuilds that session from the to
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -28,6 +30,8 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
+from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+from redis._parsers.hiredis import _HiredisParser
 
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
@@ -53,6 +57,7 @@ _RESULTS = ("applied", "duplicate", "gap", "blocked", "poison")
 class Entry(Generic[S]):
     state: S
     blocked: bool = False
+    apply: tuple[Any, ...] | None = None  # ("EVALSHA", sha, numkeys, *keys), built once
 
 
 class Runtime(Generic[S]):
@@ -99,12 +104,13 @@ class Runtime(Generic[S]):
         consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.redis.set(self.keys.sentinel(self.name, self.instance), "1", ex=600)
         try:
-            while not stop.is_set():
-                self._housekeeping(consumer)
-                messages = [m for m in self._next_batch(consumer) if self._usable(m)]
-                if messages:
-                    self._process_until_done(messages, stop)
-                    self._commit(consumer, messages)
+            with young_gc_threshold(self.settings.gc_threshold):
+                while not stop.is_set():
+                    self._housekeeping(consumer)
+                    messages = [m for m in self._next_batch(consumer) if self._usable(m)]
+                    if messages:
+                        self._process_until_done(messages, stop)
+                        self._commit(consumer, messages)
         finally:
             self._consumer = None
             consumer.close()
@@ -300,33 +306,45 @@ class Runtime(Generic[S]):
         commands: list[tuple[Any, ...]] = []
         queued: list[Record | Poison] = []
         rebuild: dict[int, set[str]] = defaultdict(set)
-        for item in items:
-            if isinstance(item, Poison):
-                self._dead_letter(item, commands, queued)
-                continue
-            sid = item.session_id
-            if sid in rebuild[item.partition]:
-                continue
-            entry = self.cache[sid]
-            applied = self.projection.applied(entry.state)
-            if entry.blocked:
-                self._count("blocked")
-            elif item.seq <= applied:
-                self._count("duplicate")
-            elif item.seq > applied + 1:
-                self._count("gap")
-                rebuild[item.partition].add(sid)
-            else:
-                try:
-                    ops = self.projection.plan(entry.state, item.event)
-                except SessionError as exc:
-                    entry.blocked = True
-                    poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
-                    self._dead_letter(poison, commands, queued, seq=item.seq, record=item)
+        cache, projection = self.cache, self.projection
+        plan, applied_of = projection.plan, projection.applied
+        counts = {"blocked": 0, "duplicate": 0, "gap": 0}
+        try:
+            for item in items:
+                if type(item) is not Record:
+                    self._dead_letter(item, commands, queued)  # type: ignore[arg-type]
                     continue
-                keys = self.projection.all_keys(sid)
-                commands.append(("EVALSHA", APPLY.sha, len(keys), *keys, item.seq, *ops))
-                queued.append(item)
+                sid = item.session_id
+                if rebuild and sid in rebuild[item.partition]:
+                    continue
+                entry = cache[sid]
+                applied = applied_of(entry.state)
+                seq = item.event.seq
+                if entry.blocked:
+                    counts["blocked"] += 1
+                elif seq <= applied:
+                    counts["duplicate"] += 1
+                elif seq > applied + 1:
+                    counts["gap"] += 1
+                    rebuild[item.partition].add(sid)
+                else:
+                    try:
+                        ops = plan(entry.state, item.event)
+                    except SessionError as exc:
+                        entry.blocked = True
+                        poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
+                        self._dead_letter(poison, commands, queued, seq=seq, record=item)
+                        continue
+                    head = entry.apply
+                    if head is None:
+                        keys = projection.all_keys(sid)
+                        head = entry.apply = ("EVALSHA", APPLY.sha, len(keys), *keys)
+                    commands.append((*head, seq, *ops))
+                    queued.append(item)
+        finally:
+            for result, n in counts.items():
+                if n:
+                    self._count(result, n)
         return commands, queued, {p: s for p, s in rebuild.items() if s}
 
     def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -346,29 +364,39 @@ class Runtime(Generic[S]):
         results: list[Any],
         rebuild: dict[int, set[str]],
     ) -> None:
-        for item, result in zip(queued, results, strict=True):
-            if isinstance(item, Poison):
-                continue
-            sid = item.session_id
-            if isinstance(result, Exception):
-                log.warning("projector %s: session %s seq %d: %s", self.name, sid, item.seq, result)
-                status = GAP
-            else:
-                status = int(result[0])
-            if status == APPLIED:
-                self._count("applied")
-            elif status == DUPLICATE:
-                # Another process got there first: our cached state is not Redis's any more.
-                self._count("duplicate")
-                self.cache.pop(sid, None)
-            elif status == BLOCKED:
-                self._count("blocked")
-                if sid in self.cache:
-                    self.cache[sid].blocked = True
-            else:
-                self._count("gap")
-                self.cache.pop(sid, None)
-                rebuild.setdefault(item.partition, set()).add(sid)
+        applied = 0
+        try:
+            for item, result in zip(queued, results, strict=True):
+                if type(item) is not Record:
+                    continue
+                if type(result) is list and result[0] == APPLIED:  # the usual case
+                    applied += 1
+                    continue
+                sid = item.session_id
+                if isinstance(result, Exception):
+                    log.warning(
+                        "projector %s: session %s seq %d: %s", self.name, sid, item.seq, result
+                    )
+                    status = GAP
+                else:
+                    status = int(result[0])
+                if status == APPLIED:
+                    applied += 1
+                elif status == DUPLICATE:
+                    # Another process got there first: our cached state is not Redis's any more.
+                    self._count("duplicate")
+                    self.cache.pop(sid, None)
+                elif status == BLOCKED:
+                    self._count("blocked")
+                    if sid in self.cache:
+                        self.cache[sid].blocked = True
+                else:
+                    self._count("gap")
+                    self.cache.pop(sid, None)
+                    rebuild.setdefault(item.partition, set()).add(sid)
+        finally:
+            if applied:
+                self._count("applied", applied)
 
     def _count(self, result: str, n: int = 1) -> None:
         self.stats[result] += n  # published to Prometheus once per batch
@@ -429,22 +457,20 @@ class Runtime(Generic[S]):
         sees the old projection or the new one, never a mix; many sessions per round trip.
         Poison records block the session but are not dead-lettered again: the consumer loop
         sends every poison record it reads. Returns the number of events applied."""
-        pipe = self.redis.pipeline(transaction=False)
-        size = applied = 0
+        batch: list[tuple[Any, ...]] = []
+        applied = 0
         for sid, items in logs.items():
             commands, state, blocked = self._rebuild_commands(sid, items)
-            for command in (("MULTI",), *commands, ("EXEC",)):
-                _queue(pipe, command)
-            size += len(commands) + 2
+            batch += (("MULTI",), *commands, ("EXEC",))
             applied += self.projection.applied(state) + 1
             self.cache[sid] = Entry(state, blocked)
             metrics.REBUILDS.labels(self.name, cause).inc()
             self.stats["rebuilt"] += 1
-            if size >= chunk:
-                _execute_checked(pipe)
-                size = 0
-        if size:
-            _execute_checked(pipe)
+            if len(batch) >= chunk:
+                _execute_checked(self.redis, batch)
+                batch = []
+        if batch:
+            _execute_checked(self.redis, batch)
         return applied
 
     def _rebuild_commands(
@@ -480,6 +506,20 @@ class Runtime(Generic[S]):
         return commands, state, bool(block)
 
 
+@contextlib.contextmanager
+def young_gc_threshold(threshold: int) -> Iterator[None]:
+    """Collect the young generation every ``threshold`` allocations instead of Python's 700
+    while the block runs (see ``ProjectorSettings.gc_threshold``; 0 changes nothing)."""
+    old = gc.get_threshold()
+    if threshold > 0:
+        gc.set_threshold(threshold, *old[1:])
+    try:
+        yield
+    finally:
+        if threshold > 0 and gc.get_threshold()[0] == threshold:
+            gc.set_threshold(*old)
+
+
 def _round_trip(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     """Send a batch in one write and read every reply (errors as values), packed by hiredis
     directly: redis-py's pipeline encodes each argument in Python, which cost more per event
@@ -489,6 +529,9 @@ def _round_trip(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> lis
     try:
         packed = [b"".join(map(hiredis.pack_command, commands))]
         conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
+        parser = getattr(conn, "_parser", None)
+        if type(parser) is _HiredisParser and parser._reader is not None:
+            return _read_replies(parser, len(commands))
         results: list[Any] = []
         for _ in commands:
             try:
@@ -503,8 +546,34 @@ def _round_trip(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> lis
         pool.release(conn)
 
 
-def _execute_checked(pipe: Any) -> None:
-    for result in pipe.execute(raise_on_error=True):
+def _read_replies(parser: Any, n: int) -> list[Any]:
+    """``n`` replies straight from redis-py's hiredis reader: what ``Connection.read_response``
+    does per reply, without its per-call layers (a few µs an event). Error replies come back as
+    the same ResponseError instances (hiredis builds them with redis-py's ``parse_error``);
+    socket timeouts and a closed connection raise redis-py's TimeoutError / ConnectionError."""
+    gets, fill = parser._reader.gets, parser.read_from_socket
+    results: list[Any] = []
+    append = results.append
+    for _ in range(n):
+        reply = gets()
+        while reply is _NOT_ENOUGH_DATA:
+            try:
+                fill()
+            except OSError as exc:  # reset, broken pipe: what read_response raises for them
+                raise redis.ConnectionError(f"Error while reading from Redis: {exc}") from exc
+            reply = gets()
+        if isinstance(reply, redis.ConnectionError):  # e.g. LOADING: as read_response raises
+            raise reply
+        append(reply)
+    return results
+
+
+def _execute_checked(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> None:
+    """Send commands in one round trip (packed by hiredis) and raise the first error, also one
+    inside a transaction's EXEC reply."""
+    for result in _round_trip(client, commands):
+        if isinstance(result, Exception):
+            raise result
         if isinstance(result, list):
             for inner in result:
                 if isinstance(inner, Exception):

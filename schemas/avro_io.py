@@ -14,6 +14,7 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dsh.json_snapshot import FrozenDict, FrozenList
 from schemas.convert import LONG_MAX, LONG_MIN, NoFit
 from schemas.errors import CorruptRecordError, UnencodableError
 
@@ -219,6 +220,49 @@ def read_json_value(data: bytes, pos: int) -> tuple[Any, int]:
         except ValueError as e:
             raise CorruptRecordError(f"BigInt too large: {e}") from None
     raise CorruptRecordError(f"JsonValue union index out of range at offset {pos - 1}")
+
+
+# Frozen JsonValues nest at most this deep below their root; a deeper one makes the frozen read
+# give up (TooDeep) and the caller decode plainly, leaving the core's own depth limit
+# (dsh.json_snapshot.MAX_DEPTH, counted from the event's data) to judge it exactly. Typed
+# records above a JsonValue add only a few levels, so a value under this bound is well within
+# the core's limit.
+FROZEN_JSON_DEPTH = 64
+
+
+class TooDeep(Exception):
+    """Internal: a frozen read met a JsonValue nested deeper than FROZEN_JSON_DEPTH."""
+
+
+def read_json_value_frozen(data: bytes, pos: int) -> tuple[Any, int]:
+    """:func:`read_json_value` building FrozenDict / FrozenList (see Codec.decode_frozen)."""
+    return _read_json_frozen(data, pos, 0)
+
+
+def _read_json_frozen(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
+    branch = data[pos]
+    if branch == 8:  # string
+        return read_str(data, pos + 1)
+    if branch == 14 or branch == 12:  # map, array
+        if depth >= FROZEN_JSON_DEPTH:
+            raise TooDeep
+        n, pos = read_block_count(data, pos + 1)
+        if branch == 14:
+            out: dict[str, Any] = {}
+            while n:
+                for _ in range(n):
+                    k, pos = read_str(data, pos)
+                    out[k], pos = _read_json_frozen(data, pos, depth + 1)
+                n, pos = read_block_count(data, pos)
+            return FrozenDict(out), pos
+        items: list[Any] = []
+        while n:
+            for _ in range(n):
+                x, pos = _read_json_frozen(data, pos, depth + 1)
+                items.append(x)
+            n, pos = read_block_count(data, pos)
+        return FrozenList(items), pos
+    return read_json_value(data, pos)  # scalars: the same as a plain read
 
 
 def read_bool(data: bytes, pos: int) -> tuple[bool, int]:

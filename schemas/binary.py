@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dsh.json_snapshot import FrozenDict, FrozenList
 from schemas.avro_io import (
     PRIMITIVE_READERS,
     PRIMITIVE_WRITERS,
@@ -30,6 +31,7 @@ from schemas.avro_io import (
     long_bytes,
     read_block_count,
     read_json_value,
+    read_json_value_frozen,
     read_null,
     read_str,
     write_json_value,
@@ -89,7 +91,10 @@ def _fitting_types(node: Any) -> frozenset[type] | None:
 
 
 class _Compiler:
-    def __init__(self) -> None:
+    def __init__(self, frozen_below: str | None = None) -> None:
+        # Readers of every record but ``frozen_below`` (the root) build frozen containers.
+        self.frozen_below = frozen_below
+        self.frozen = frozen_below is not None
         self.named: dict[str, dict[str, Any]] = {}
         self.writers: dict[str, Writer] = {}
         self.readers: dict[str, Reader] = {}
@@ -333,7 +338,7 @@ class _Compiler:
         if kind == "record":
             name = node["name"]
             if name == JSON_VALUE:
-                return read_json_value
+                return read_json_value_frozen if self.frozen else read_json_value
             if name not in self.readers:
                 self.readers[name] = lambda d, p: self.readers[name](d, p)  # recursion
                 self.readers[name] = self._record_reader(node)
@@ -364,8 +369,9 @@ class _Compiler:
                         x, pos = items(data, pos)
                         out.append(x)
                     n, pos = read_block_count(data, pos)
-                return out, pos
+                return (FrozenList(out) if frozen else out), pos
 
+            frozen = self.frozen
             return r_array
         if kind == "map":
             values = self.reader(node["values"])
@@ -378,8 +384,9 @@ class _Compiler:
                         k, pos = read_str(data, pos)
                         out[k], pos = values(data, pos)
                     n, pos = read_block_count(data, pos)
-                return out, pos
+                return (FrozenDict(out) if frozen else out), pos
 
+            frozen = self.frozen
             return r_map
         raise ValueError(f"unsupported schema {node!r}")
 
@@ -430,7 +437,7 @@ class _Compiler:
         return out
 
     def _record_reader(self, node: dict[str, Any]) -> Reader:
-        src = RecordSource(node["name"])
+        src = RecordSource(node["name"], self.frozen, node["name"] == self.frozen_below)
         for f in node["fields"]:
             fname, ftype = f["name"], f["type"]
             rt = self.resolve(ftype)
@@ -459,6 +466,16 @@ class _Compiler:
             else:
                 src.read(fname, self.reader(ftype))
         return src.build_reader()
+
+
+def compile_frozen_reader(schema: dict[str, Any]) -> Reader:
+    """``read(data, pos) -> (wire JSON, end)`` whose values below the top record are the core's
+    FrozenDict / FrozenList, as ``dsh.json_snapshot.freeze`` would make them (the top record
+    stays a plain dict: callers take envelope fields out of it). May raise
+    :class:`~schemas.avro_io.TooDeep`; see ``Codec.decode_frozen``."""
+    c = _Compiler(frozen_below=schema["name"])
+    c.register(schema)
+    return c.reader(schema)
 
 
 def compile_binary(

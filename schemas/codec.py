@@ -18,7 +18,8 @@ from typing import Any
 
 from fastavro import schemaless_reader
 
-from schemas.binary import compile_binary
+from schemas.avro_io import TooDeep
+from schemas.binary import compile_binary, compile_frozen_reader
 from schemas.convert import compile_codec
 from schemas.errors import (
     BadMarkerError,
@@ -50,6 +51,11 @@ class Codec:
         self.store = store if store is not None else default_store()
         self._writers: dict[str, _Writer] = {}
         self._readers: dict[bytes, _Reader] = {}
+        self._frozen: dict[bytes, _Reader | None] = {}  # None: no frozen reader for it
+        # Marker + fingerprint (the whole 10-byte header) → reader: a known header is one
+        # lookup, with the marker and length checks done once when it was first seen.
+        self._heads: dict[bytes, _Reader] = {}
+        self._frozen_heads: dict[bytes, _Reader] = {}
 
     def _writer(self, name: str) -> _Writer:
         w = self._writers.get(name)
@@ -71,19 +77,18 @@ class Codec:
             self._readers[fingerprint] = r
         return r
 
-    def encode(self, name: str, value: Mapping[str, Any]) -> bytes:
-        """Encode the wire JSON of a ``name`` record with the newest schema for ``name``."""
-        w = self._writers.get(name) or self._writer(name)
-        return w.encode(value)
+    def _frozen_reader(self, fingerprint: bytes) -> _Reader | None:
+        if fingerprint not in self._frozen:
+            r = self._reader(fingerprint)
+            same = self.store.current(r.writer.name) is r.writer
+            # Other writer versions go through fastavro's resolution: plain values only.
+            self._frozen[fingerprint] = (
+                _Reader(r.writer, compile_frozen_reader(r.writer.schema)) if same else None
+            )
+        return self._frozen[fingerprint]
 
-    def decode(self, data: bytes, expect: str | None = None) -> tuple[str, dict[str, Any]]:
-        """Decode single-object bytes to ``(record name, wire JSON)``.
-
-        ``expect`` names the record kind the caller can handle; any other is a
-        SchemaMismatchError rather than a surprise downstream.
-        """
-        if type(data) is not bytes:
-            data = bytes(data)
+    def _header_reader(self, data: bytes, frozen: bool) -> _Reader:
+        """Check a header not seen before and remember its reader."""
         if data[:2] != SINGLE_OBJECT_MARKER:
             raise BadMarkerError(
                 "not an Avro single-object record: starts with "
@@ -91,13 +96,53 @@ class Codec:
             )
         if len(data) < HEADER_SIZE:
             raise CorruptRecordError(f"truncated single-object header: {len(data)} bytes")
-        r = self._readers.get(data[2:HEADER_SIZE]) or self._reader(data[2:HEADER_SIZE])
+        fingerprint = data[2:HEADER_SIZE]
+        r = self._reader(fingerprint)  # UnknownFingerprintError if the store lacks it
+        if frozen:
+            r = self._frozen_reader(fingerprint) or r
+            self._frozen_heads[data[:HEADER_SIZE]] = r
+        else:
+            self._heads[data[:HEADER_SIZE]] = r
+        return r
+
+    def encode(self, name: str, value: Mapping[str, Any]) -> bytes:
+        """Encode the wire JSON of a ``name`` record with the newest schema for ``name``."""
+        w = self._writers.get(name) or self._writer(name)
+        return w.encode(value)
+
+    def decode_frozen(self, data: bytes, expect: str | None = None) -> tuple[str, dict[str, Any]]:
+        """:meth:`decode`, but every object and array below the top record is already the
+        core's FrozenDict / FrozenList, so ``dsh.Event.from_json`` shares them instead of
+        copying (its checks still run; already-frozen values pass them as they are). The
+        values are exactly what ``dsh.json_snapshot.freeze`` makes of a plain decode: Avro
+        carries only lossless JSON (string keys, finite doubles). A JsonValue nested deeper
+        than ``avro_io.FROZEN_JSON_DEPTH``, or a writer schema other than the current one, is
+        decoded plainly instead, leaving the core's depth limit to judge it."""
+        try:
+            return self.decode(data, expect, True)
+        except TooDeep:
+            return self.decode(data, expect)
+
+    def decode(
+        self, data: bytes, expect: str | None = None, frozen: bool = False
+    ) -> tuple[str, dict[str, Any]]:
+        """Decode single-object bytes to ``(record name, wire JSON)``.
+
+        ``expect`` names the record kind the caller can handle; any other is a
+        SchemaMismatchError rather than a surprise downstream. ``frozen``: see
+        :meth:`decode_frozen`, which callers should use (it handles TooDeep).
+        """
+        if type(data) is not bytes:
+            data = bytes(data)
+        r = (self._frozen_heads if frozen else self._heads).get(data[:HEADER_SIZE])
+        if r is None:
+            r = self._header_reader(data, frozen)
         name = r.writer.name
         if expect is not None and name != expect:
             raise SchemaMismatchError(f"expected a {expect} record, got {name}")
         try:
             value, end = r.read(data, HEADER_SIZE)
-        except CodecError:
+        except (CodecError, TooDeep):
             raise
         except (IndexError, struct.error, EOFError):
             raise CorruptRecordError(f"{name}: truncated record ({len(data)} bytes)") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dsh.json_snapshot import FrozenDict, FrozenList
 from schemas.avro_io import (
     ABSENT,
     FALSE,
@@ -120,8 +121,13 @@ def _read_lines(kind: str, target: str) -> list[str]:
 class RecordSource:
     """Accumulates the source of one record's writer and reader."""
 
-    def __init__(self, record: str) -> None:
+    def __init__(self, record: str, frozen: bool = False, top: bool = False) -> None:
         self.record = record
+        # Frozen readers build the core's immutable containers (FrozenDict / FrozenList) so
+        # that ``dsh.Event`` shares them instead of deep-copying (see Codec.decode_frozen);
+        # the top record itself stays a plain dict (callers take envelope fields out of it).
+        self.frozen = frozen
+        self.frozen_out = frozen and not top
         self.names: list[str] = []
         self.ns: dict[str, Any] = {
             "NoFit": NoFit,
@@ -143,6 +149,8 @@ class RecordSource:
             "RECORD": record,
             "NULL_BRANCH": SMALL[0],  # union index 0, null: the key is absent
             "SECOND_BRANCH": SMALL[1],
+            "FD": FrozenDict,
+            "FL": FrozenList,
         }
         self.w: list[str] = []
         self.r: list[str] = []
@@ -387,7 +395,8 @@ class RecordSource:
                         *("    " + line for line in read),
                     ]
                 lines += ["    " + line for line in read]
-            lines.append("    x = {" + ", ".join(f"{f!r}: {v}" for f, v in names) + "}")
+            literal = "{" + ", ".join(f"{f!r}: {v}" for f, v in names) + "}"
+            lines.append(f"    x = FD({literal})" if self.frozen else f"    x = {literal}")
         for j, (byte, symbols) in enumerate(sorted((enums or {}).items())):
             first = not simple and j == 0
             syms = self._bind(
@@ -452,10 +461,11 @@ class RecordSource:
         else:
             read_item = [f"    x, pos = {it}(data, pos)"]
         target = self._target(fname)
+        empty, made = ("FL()", "FL(items)") if self.frozen else ("[]", "items")
         self.r += [
             "n = data[pos]",
             "if n == 0:",
-            f"    {target} = []",
+            f"    {target} = {empty}",
             "    pos += 1",
             "elif n < 0x80 and not n & 1:",
             "    pos += 1",
@@ -469,7 +479,7 @@ class RecordSource:
             f"            x, pos = {it}(data, pos)",
             "            items.append(x)",
             "    pos += 1",
-            f"    {target} = items",
+            f"    {target} = {made}",
             "else:",
             f"    {target}, pos = {g}(data, pos)",
         ]
@@ -480,7 +490,7 @@ class RecordSource:
 
     def build_reader(self) -> Reader:
         self._flush()
-        body = [*self.r, "return out, pos"]
+        body = [*self.r, "return FD(out), pos" if self.frozen_out else "return out, pos"]
         return self._compile("r_record", "data, pos", body)
 
     def _compile(self, fn: str, args: str, body: list[str]) -> Callable[..., Any]:

@@ -81,7 +81,15 @@ def encode_event(
 
 
 def decode_event(data: bytes, *, codec: Codec | None = None) -> EventRecord:
-    _, v = (codec or _default()).decode(data, SESSION_EVENT)
+    _, v = (codec or _default_codec or _default()).decode(data, SESSION_EVENT)
+    return EventRecord(v.pop("sessionId"), v, v.pop("formatVersion"))
+
+
+def decode_event_frozen(data: bytes, *, codec: Codec | None = None) -> EventRecord:
+    """:func:`decode_event` whose ``event["data"]`` (and every object or array in the event) is
+    already the core's FrozenDict / FrozenList: ``Event.from_json`` then shares it instead of
+    deep-copying it. Same values, same errors; for consumers that build ``dsh.Event``s."""
+    _, v = (codec or _default_codec or _default()).decode_frozen(data, SESSION_EVENT)
     return EventRecord(v.pop("sessionId"), v, v.pop("formatVersion"))
 
 
