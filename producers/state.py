@@ -28,6 +28,9 @@ INTERPRETERS: dict[str, Interpreter] = {}
 
 
 def use_interpreters(interpreters: Mapping[str, Interpreter]) -> None:
+    """Replace (not merge) the set: a writer built later in the same process, e.g. in tests,
+    must not inherit an interpreter its settings do not name."""
+    INTERPRETERS.clear()
     INTERPRETERS.update(interpreters)
 
 
