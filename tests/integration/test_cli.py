@@ -132,6 +132,15 @@ def test_the_demo_session_projects_what_the_core_derives(pipeline: Pipeline) -> 
         assert heading in text
 
 
+def test_demo_no_up_runs_against_a_running_pipeline(pipeline: Pipeline) -> None:
+    done = _dsh(pipeline.env, "demo", "--no-up", "--json")
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert run["session"] != pipeline.run.session_id  # every run is a new session
+    assert run["surface"]["messages"] == _plain(pipeline.run.surface.messages)
+    assert len(run["summary"]["replaced"]) == 38 and run["forkEvents"] > run["events"]
+
+
 def test_show_prints_each_read_model_as_json(pipeline: Pipeline) -> None:
     sid, run = pipeline.run.session_id, pipeline.run
     surface = _dsh(pipeline.env, "show", "surface", sid, "--json")
