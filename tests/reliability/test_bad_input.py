@@ -205,19 +205,20 @@ def _raw_producer(bad: Namespace) -> Producer:
     return Producer({**bad.kafka.client_config(), **PRODUCER_PARTITIONER})
 
 
-def _reply_for(bad: Namespace, request_id: str, timeout_s: float = 30.0) -> Any:
-    """The writer's reply to a raw command, read off the replies topic."""
-    found: list[Any] = []
+def _replies_for(bad: Namespace, request_ids: list[str], timeout_s: float = 60.0) -> list[Any]:
+    """The writer's replies to raw commands, read off the replies topic in one scan each try."""
+    wanted = {rid.encode(): rid for rid in request_ids}
+    found: dict[str, Any] = {}
 
     def look() -> bool:
         for m in read_topic(bad.kafka, bad.kafka.topic("replies")):
-            if dict(m.headers() or []).get(REQUEST_HEADER) == request_id.encode():
-                found.append(decode_reply(m.value()))
-                return True
-        return False
+            rid = dict(m.headers() or []).get(REQUEST_HEADER)
+            if rid in wanted:
+                found[wanted[rid]] = decode_reply(m.value())
+        return len(found) == len(wanted)
 
-    wait_for(look, timeout_s, f"the reply to {request_id}")
-    return found[0]
+    wait_for(look, timeout_s, f"the replies to {request_ids}")
+    return [found[rid] for rid in request_ids]
 
 
 def _dlq(bad: Namespace) -> dict[str, dict[str, bytes]]:
@@ -271,11 +272,11 @@ def test_bad_input_raw_on_the_commands_topic_goes_to_the_dlq_or_a_typed_reply(
         producer.produce(commands, key=b"sess-e", value=encode_command(empty),
                          headers=[*headers, (REQUEST_HEADER, b"rid-empty")])  # fmt: skip
         assert producer.flush(30) == 0
-        wrong_reply = _reply_for(bad, "rid-wrong").exception()
+        wrong_reply, key_reply, empty_reply = (
+            r.exception() for r in _replies_for(bad, ["rid-wrong", "rid-key", "rid-empty"])
+        )
         assert isinstance(wrong_reply, WrongPartitionError), wrong_reply
-        key_reply = _reply_for(bad, "rid-key").exception()
         assert isinstance(key_reply, MalformedCommandError), key_reply
-        empty_reply = _reply_for(bad, "rid-empty").exception()
         assert isinstance(empty_reply, MalformedCommandError), empty_reply
         expected_dlq = len(garbage) + 1
         wait_for(lambda: len(_dlq(bad)) >= expected_dlq, 60, "every undecodable record in the DLQ")
