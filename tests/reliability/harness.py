@@ -49,7 +49,7 @@ class Load:
     @classmethod
     def from_env(cls) -> Load:
         if os.environ.get("DSH_RELIABILITY_LOAD", "reduced") == "full":
-            return cls("full", sessions=200, window=16, warmup_s=20.0, after_s=15.0)
+            return cls("full", sessions=96, window=8, warmup_s=10.0, after_s=5.0)
         return cls("reduced", sessions=24, window=4, warmup_s=2.0, after_s=1.0)
 
 
@@ -606,7 +606,7 @@ def run_load(
         SessionClient(settings=ns.kafka, timeout=client_timeout) as client,
         LoadDriver(client, history, load.window),
     ):
-        wait_for(lambda: all(n > load.window for n in history.count_at().values()), 60, "load")
+        wait_for(lambda: all(n > load.window for n in history.count_at().values()), 180, "load")
         time.sleep(load.warmup_s)
         counts = history.count_at()
         fault_at = time.monotonic()
