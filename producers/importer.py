@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ import dsh
 from deploy.config import KafkaSettings
 from dsh.errors import FormatError, RestoreError, SessionError, ValidationError, register_error
 from dsh.formats import SessionHeader, read_jsonl
+from dsh.projections import Interpreter
 from dsh.restore import restore
 
 Progress = Callable[[int, int], None]
@@ -145,11 +146,17 @@ def read_session_file(path: str | Path) -> tuple[SessionHeader, tuple[dsh.Event,
     return header, events, hashlib.sha256(raw).hexdigest()
 
 
-def validate_locally(session_id: str, events: Sequence[dsh.Event], origin: str) -> None:
+def validate_locally(
+    session_id: str,
+    events: Sequence[dsh.Event],
+    origin: str,
+    projections: Mapping[str, Interpreter] | None = None,
+) -> None:
     """Restore with the core's rules first: a bad file fails naming its seq before anything is
-    published, instead of leaving a half-imported session behind."""
+    published, instead of leaving a half-imported session behind. ``projections`` must name
+    the interpreters the writer has, or a file with message projections is refused here."""
     try:
-        restore(dsh.Session(session_id), events, None, mark_end=False)
+        restore(dsh.Session(session_id), events, projections, mark_end=False)
     except RestoreError as exc:
         raise RestoreError(
             f"{origin}: seq {exc.index} is not a valid continuation: {exc.message}",
@@ -363,6 +370,7 @@ def import_file(
     timeout: float = 30.0,
     connect_timeout: float = 10.0,
     progress: Progress | None = None,
+    projections: Mapping[str, Interpreter] | None = None,
 ) -> ImportResult:
     """Publish the session file at ``path`` as session ``session_id`` (default: the file's id)."""
     from producers.client import SessionClient
@@ -371,7 +379,7 @@ def import_file(
     kafka = kafka or KafkaSettings()
     header, events, file_hash = read_session_file(path)
     target = session_id or header.id
-    validate_locally(target, events, str(path))
+    validate_locally(target, events, str(path), projections)
     check_kafka(kafka, [kafka.topic(n) for n in ("commands", "events", "replies")], connect_timeout)
     with SessionClient(settings=kafka, timeout=timeout) as client:
         present, published = import_events(

@@ -51,6 +51,13 @@ def register(commands: Any) -> None:
         help="how long to wait for the broker before giving up (default 10)",
     )
     imp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    imp.add_argument(
+        "--projections",
+        metavar="SPEC",
+        default=None,
+        help="message-projection interpreters the writer has, 'type=module:function,...' "
+        "(default: the reference image/offload one, as the local stack's writer)",
+    )
     imp.set_defaults(handler=_import)
 
     exp = commands.add_parser(
@@ -121,6 +128,7 @@ def _kafka() -> Any:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from deploy.interpreters import OFFLOAD_SPEC, parse_interpreters
     from producers.importer import import_file
 
     result = import_file(
@@ -129,6 +137,9 @@ def _import(args: argparse.Namespace) -> int:
         session_id=args.session_id,
         connect_timeout=args.timeout,
         progress=_progress(args, "events"),
+        projections=parse_interpreters(
+            OFFLOAD_SPEC if args.projections is None else args.projections
+        ),
     )
     if args.json:
         print(json.dumps({"file": args.file, **result.to_json()}))
