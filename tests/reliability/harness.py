@@ -88,11 +88,11 @@ class Service:
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0  # by the supervisor, after the process exited on its own
         self.expected_down = False  # killed on purpose: the supervisor leaves it down
+        self.lock = threading.Lock()  # the test and the supervisor both start processes
         self.start()
 
     def start(self) -> None:
-        self.expected_down = False
-        with self.log_path.open("ab") as log:
+        with self.lock, self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "dsh.cli", *self.args],
                 cwd=REPO,
@@ -101,6 +101,7 @@ class Service:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
+            self.expected_down = False  # only once the new process is there
 
     @property
     def pid(self) -> int:
@@ -562,7 +563,9 @@ class Pipeline:
         writer stops on a fatal producer error by design, to restart as a fresh member)."""
         while not self._closing.wait(0.2):
             for s in self.services():
-                if not s.expected_down and not s.alive() and not self._closing.is_set():
+                with s.lock:
+                    crashed = not s.expected_down and not s.alive()
+                if crashed and not self._closing.is_set():
                     s.restarts += 1
                     s.start()
 
