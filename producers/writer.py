@@ -521,6 +521,9 @@ class Writer:
         )
         if len(value) > self.settings.max_snapshot_bytes:
             # Snapshots only speed restores up; the events topic alone restores correctly.
+            # Try again N events later, not on every append: encoding the whole session each
+            # time would make appends cost the session's length.
+            session_state.events_since_snapshot = 0
             metrics.SNAPSHOTS.labels("skipped").inc()
             return False
         self._producer.produce(

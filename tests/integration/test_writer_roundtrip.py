@@ -455,3 +455,21 @@ def test_offsets_are_only_sent_with_group_metadata_the_broker_checks(
     assert unfenced(b"CGMDv2:\xff\xff\xff\xffdsh-writer\x00\x00\x01")
     assert unfenced(b"CGMDv2:\x05\x00\x00\x00dsh-writer\x00\x00\x01")
     assert not unfenced(b"CGMDv2:\x05\x00\x00\x00dsh-writer\x00rdkafka-1\x00\x01")
+
+
+def test_a_session_too_large_to_snapshot_is_tried_again_only_every_n_events(
+    topics: KafkaSettings,
+) -> None:
+    def skipped() -> float:
+        value = REGISTRY.get_sample_value("dsh_writer_snapshots_total", {"result": "skipped"})
+        return value or 0.0
+
+    sid = f"big-{uuid.uuid4().hex[:8]}"
+    settings = writer_settings(snapshot_every=3, max_snapshot_bytes=1)
+    with running_writer(topics, settings), SessionClient(settings=topics, timeout=20) as client:
+        before = skipped()
+        for i in range(8):
+            client.append(sid, "user/message", user(f"m{i}"), surface_op="append")
+        # At events 3 and 6 only; re-encoding the session on every later append would make
+        # each append cost the session's length.
+        assert skipped() - before == 2
