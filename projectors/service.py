@@ -11,10 +11,10 @@ from typing import Any
 import redis
 
 from deploy.config import KafkaSettings, RedisSettings
+from deploy.interpreters import parse_interpreters as parse
 from projectors import metrics
 from projectors.audit import AuditProjection
 from projectors.errors import ProjectorError
-from projectors.interpreters import parse
 from projectors.keys import Keys
 from projectors.projection import Projection
 from projectors.read_api import Reader

@@ -277,7 +277,7 @@ def projectors_running(
     **settings: Any,
 ) -> Iterator[dict[str, Any]]:
     """The projectors in threads of this process (fast); yields name → Runtime."""
-    from projectors.interpreters import parse
+    from deploy.interpreters import parse_interpreters as parse
     from projectors.service import build_runtime
     from projectors.settings import ProjectorSettings
 
