@@ -21,28 +21,14 @@ from pydantic import SecretStr
 
 import dsh
 from deploy.config import KafkaSettings, RedisSettings
+from deploy.interpreters import offload_images
 from deploy.topics import PRODUCER_PARTITIONER
 from projectors.records import encode
 from schemas.records import event_headers
 
 CLOCK_MS = 1_700_000_000_000
-OFFLOAD = "tests.integration.projector_support:offload_images"
+OFFLOAD = "deploy.interpreters:offload_images"
 MODEL = {"kind": "model", "provider": "mock", "model": "m1"}
-
-
-def offload_images(event: Any, ctx: Any) -> Mapping[int, Any]:
-    """``image/offload``: image blocks of the named nodes become a text pointer to the blob."""
-    out = {}
-    for seq in event.data["seqs"]:
-        message = ctx.messages[seq]
-        content = [
-            {"type": "text", "text": f"[image offloaded to {event.data['ref']}]"}
-            if block["type"] == "image"
-            else block
-            for block in message["content"]
-        ]
-        out[seq] = {**message, "content": content}
-    return out
 
 
 def text(t: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import sys
 import redis
 
 from deploy.config import KafkaSettings
+from deploy.interpreters import offload_images
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.topic_reader import read_session
@@ -20,7 +21,6 @@ from tests.integration.projector_support import (
     events_of,
     forked,
     interleave,
-    offload_images,
     projector_env,
     projectors_running,
     publish,

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from pydantic import SecretStr
 
 from deploy.config import KafkaSettings, RedisSettings
+from deploy.interpreters import offload_images
 from deploy.local.processes import free_ports
 from deploy.topics import partition_for
 from projectors.keys import Keys
@@ -31,7 +32,6 @@ from tests.integration.projector_support import (
     applied,
     events_of,
     interleave,
-    offload_images,
     projectors_running,
     publish,
     scripted_session,

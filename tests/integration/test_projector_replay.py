@@ -9,6 +9,7 @@ import sys
 import redis
 
 from deploy.config import KafkaSettings
+from deploy.interpreters import offload_images
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.topic_reader import read_session
@@ -17,7 +18,6 @@ from tests.integration.projector_support import (
     applied,
     forked,
     interleave,
-    offload_images,
     projector_env,
     publish,
     scripted_session,
