@@ -24,8 +24,14 @@ from confluent_kafka import (
 import dsh
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
-from producers.state import PartitionState, SessionState, rebuild, requests_from_log
-from schemas import WriterSnapshot, decode_event, decode_snapshot
+from producers.state import (
+    PartitionState,
+    SessionState,
+    rebuild,
+    requests_from_log,
+    reusable_value,
+)
+from schemas import WriterSnapshot, decode_event_frozen, decode_snapshot
 
 REQUEST_HEADER = "dsh-request-id"
 
@@ -137,11 +143,12 @@ def restore_partition(
                 snapshots[snapshot.session_id] = snapshot
     end = high_watermark(probe, events_topic, partition)
     logs: dict[str, list[dict[str, Any]]] = {}
+    values: dict[str, list[bytes | None]] = {}
     request_ids: dict[str, list[str | None]] = {}
     state = PartitionState(partition, restored_from=start)
     for message in read_partition(reader, events_topic, partition, end, timeout_s, start):
         try:
-            record = decode_event(message.value() or b"")
+            record = decode_event_frozen(message.value() or b"")
         except SessionError as exc:
             key = (message.key() or b"").decode(errors="replace")
             state.broken[key] = exc
@@ -150,6 +157,7 @@ def restore_partition(
         if covered is not None and record.event["seq"] <= covered.last_seq:
             continue  # already in the snapshot
         logs.setdefault(record.session_id, []).append(record.event)
+        values.setdefault(record.session_id, []).append(reusable_value(message.value()))
         request_ids.setdefault(record.session_id, []).append(header(message, REQUEST_HEADER))
     for session_id in snapshots.keys() | logs.keys():
         if session_id in state.broken:
@@ -174,7 +182,9 @@ def restore_partition(
             else {}
         )
         requests.update(requests_from_log(request_ids.get(session_id, []), len(head)))
-        state.sessions[session_id] = SessionState(session, requests, {}, len(tail))
+        known: list[bytes | None] = [None] * len(head)
+        known += values.get(session_id, [])
+        state.sessions[session_id] = SessionState(session, requests, {}, len(tail), known)
         if tail:
             state.dirty.add(session_id)  # the next checkpoint must cover its tail
     return state
@@ -187,7 +197,7 @@ def read_session(
     end = high_watermark(reader, events_topic, partition, timeout_s)  # read_committed: the LSO
     key = session_id.encode()
     events = [
-        decode_event(m.value() or b"").event
+        decode_event_frozen(m.value() or b"").event
         for m in read_partition(reader, events_topic, partition, int(end), timeout_s)
         if m.key() == key
     ]

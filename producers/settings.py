@@ -41,6 +41,9 @@ class WriterSettings(StrictSettings):
     # sends whatever waits. Longer spares CPU (fewer broker-thread wake-ups); shorter lets the
     # records travel while the offsets are sent, a round trip less per transaction.
     linger_ms: Annotated[int, Field(ge=0)] = 1
+    # Young-generation threshold of the cycle collector while serving (Python's default is
+    # 700; 0 keeps it): see deploy/gc_tuning.py.
+    gc_threshold: Annotated[int, Field(ge=0)] = 50_000
     metrics_port: Annotated[int, Field(ge=0)] = 9464  # 0: no /metrics server
     # Message-projection interpreters, "event/type=package.module:function,…" (the same spec
     # as DSH_PROJECTOR_PROJECTIONS): an event of a type missing here is rejected.

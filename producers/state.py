@@ -4,6 +4,8 @@ transaction that publishes it has committed (else it drops the partition and res
 
 from __future__ import annotations
 
+import functools
+import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,10 +13,24 @@ from typing import Any
 
 import dsh
 from dsh.errors import SessionError, ValidationError
+from dsh.event import SESSION_FORMAT_VERSION
 from dsh.projections import Interpreter
 from dsh.restore import restore
 from producers.errors import ConflictError, MalformedCommandError, PayloadTooLargeError
-from schemas import AppendCommand
+from producers.wire import answered_request, snapshot_value
+from schemas import AppendCommand, default_store, encode_event
+from schemas.store import SESSION_EVENT
+
+
+@functools.cache
+def _current_event_header() -> bytes:
+    return default_store().current(SESSION_EVENT).header
+
+
+def reusable_value(value: bytes | None) -> bytes | None:
+    """A value read from the events topic, if written with the current event schema: only then
+    can its bytes go into a snapshot or reply as they are."""
+    return value if value is not None and value[:10] == _current_event_header() else None
 
 
 def wall_clock_ms() -> int:
@@ -48,6 +64,46 @@ class SessionState:
     requests: dict[str, tuple[int, int]] = field(default_factory=dict)
     clients: dict[str, str] = field(default_factory=dict)  # request id -> client id
     events_since_snapshot: int = 0
+    # The events-topic value of each event, by seq (None where not known, e.g. restored from a
+    # snapshot): snapshots and answers to retries are assembled from these bytes instead of
+    # encoding the session again, which kept snapshots O(session) in Python work.
+    values: list[bytes | None] = field(default_factory=list)
+    # The snapshot's ``requests`` array items for the first ``encoded_requests`` requests.
+    requests_blob: bytearray = field(default_factory=bytearray)
+    encoded_requests: int = 0
+
+    def event_values(self, start: int, stop: int) -> list[bytes]:
+        """Topic values of events ``start`` ..< ``stop``, encoding (and keeping) any not known."""
+        values = self.values
+        if len(values) < stop:
+            values.extend([None] * (stop - len(values)))
+        out: list[bytes] = []
+        for seq in range(start, stop):
+            v = values[seq]
+            if v is None:
+                v = values[seq] = encode_event(self.session.event(seq), self.session.id)
+            out.append(v)
+        return out
+
+    def snapshot(self) -> bytes:
+        """The ``WriterSnapshot`` value of the session as it is now."""
+        if self.encoded_requests > len(self.requests):  # a request was taken back (undo)
+            self.requests_blob.clear()
+            self.encoded_requests = 0
+        if self.encoded_requests < len(self.requests):
+            clients = self.clients
+            for rid, (first, count) in itertools.islice(
+                self.requests.items(), self.encoded_requests, None
+            ):
+                self.requests_blob += answered_request(rid, clients.get(rid, ""), first, count)
+            self.encoded_requests = len(self.requests)
+        return snapshot_value(
+            self.session.id,
+            SESSION_FORMAT_VERSION,
+            self.event_values(0, len(self.session)),
+            bytes(self.requests_blob),
+            self.encoded_requests,
+        )
 
 
 @dataclass(frozen=True)
@@ -134,6 +190,7 @@ class PartitionState:
         state = self.sessions[command.session_id]
         first = outcome.events[0].seq
         state.session = rebuild(command.session_id, state.session.events(0, first))
+        del state.values[first:]
         del state.requests[command.request_id]
         state.clients.pop(command.request_id, None)
         state.events_since_snapshot = max(0, state.events_since_snapshot - len(outcome.events))

@@ -1,5 +1,6 @@
-"""Hot-path encodings the codec API has no call for: a committed reply assembled from the
-event records already encoded for the events topic, instead of encoding every event twice.
+"""Hot-path encodings the codec API has no call for: a committed reply and a session snapshot
+assembled from the event records already encoded for the events topic, instead of encoding
+every event again.
 
 Avro makes this exact: a record nested in an array is written as its plain body, which is the
 single-object value minus its 10-byte header, and the reply schema nests the same
@@ -13,7 +14,7 @@ from functools import cache
 from typing import Any
 
 import dsh
-from schemas import APPEND_REPLY, default_store
+from schemas import APPEND_REPLY, WRITER_SNAPSHOT, default_store
 
 HEADER_SIZE = 10  # marker C3 01 + 8-byte schema fingerprint
 
@@ -21,6 +22,11 @@ HEADER_SIZE = 10  # marker C3 01 + 8-byte schema fingerprint
 @cache
 def _reply_header() -> bytes:
     return default_store().current(APPEND_REPLY).header
+
+
+@cache
+def _snapshot_header() -> bytes:
+    return default_store().current(WRITER_SNAPSHOT).header
 
 
 def _long(n: int) -> bytes:
@@ -54,6 +60,37 @@ def committed_reply(
             b"\x00",
         )
     )
+
+
+def answered_request(request_id: str, client_id: str, first_seq: int, count: int) -> bytes:
+    """One ``AnsweredRequest`` item of a snapshot's ``requests`` array."""
+    return b"".join((_string(request_id), _string(client_id), _long(first_seq), _long(count)))
+
+
+def snapshot_value(
+    session_id: str,
+    format_version: int,
+    event_values: Sequence[bytes],
+    requests: bytes,
+    request_count: int,
+) -> bytes:
+    """``WriterSnapshot`` of a session from its events' topic values (in seq order, each with
+    its 10-byte header) and its answered requests (``request_count`` items of
+    :func:`answered_request`, concatenated); no writer state."""
+    parts: list[bytes | memoryview] = [
+        _snapshot_header(),
+        _string(session_id),
+        _long(format_version),
+        _long(len(event_values) - 1),
+    ]
+    if event_values:
+        parts.append(_long(len(event_values)))
+        parts.extend(memoryview(v)[HEADER_SIZE:] for v in event_values)
+    parts.append(b"\x00")
+    if request_count:
+        parts += (_long(request_count), requests)
+    parts.append(b"\x00\x00")  # end of requests; state: null (union branch 0)
+    return b"".join(parts)
 
 
 def event_wire(draft: dict[str, Any], event: dsh.Event) -> dict[str, Any]:

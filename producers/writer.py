@@ -33,6 +33,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from deploy.config import ConfigError, KafkaSettings
+from deploy.gc_tuning import young_gc_threshold
 from deploy.interpreters import parse_interpreters
 from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
@@ -57,17 +58,16 @@ from producers.wire import committed_reply, event_wire
 from schemas import (
     APPEND_REPLY,
     WRITER_SNAPSHOT,
-    AnsweredRequest,
     AppendCommand,
     AppendReply,
     WriterSnapshot,
-    decode_command,
     encode_event,
     encode_reply,
     encode_snapshot,
     event_headers,
     record_headers,
 )
+from schemas.frames import DraftFrame, decode_command_frames, event_prefix, event_value
 
 log = logging.getLogger("dsh.writer")
 
@@ -132,8 +132,9 @@ class Writer:
     def run(self) -> None:
         self._start()
         try:
-            while not self._stop.is_set():
-                self._step()
+            with young_gc_threshold(self.settings.gc_threshold):
+                while not self._stop.is_set():
+                    self._step()
         finally:
             self._close()
 
@@ -408,20 +409,16 @@ class Writer:
         assert self._producer is not None
         value = m.value() or b""
         try:
-            command = decode_command(value)
+            command, frames = decode_command_frames(value)
         except SessionError as exc:
             self._dead_letter(m, exc)
             return
         outcome = self._decide(m, command, state, len(value))
         self._maybe_stop(command)
-        events = self.topics.events
         sid = command.session_id
         values: list[bytes] = []
         if outcome.new:
-            values = [
-                encode_event(event_wire(d, ev), sid)
-                for d, ev in zip(command.events, outcome.events, strict=True)
-            ]
+            values = self._event_values(command, frames, outcome)
             too_big = [
                 (ev, len(v))
                 for ev, v in zip(outcome.events, values, strict=True)
@@ -439,17 +436,41 @@ class Writer:
                     )
                 )
             else:
+                session_state = state.sessions[sid]
+                session_state.values.extend(values)
+                produce, events, key = self._producer.produce, self.topics.events, sid.encode()
                 rid = (REQUEST_HEADER, command.request_id.encode())
                 for ev, v in zip(outcome.events, values, strict=True):
-                    self._producer.produce(
+                    produce(
                         events,
                         value=v,
-                        key=sid.encode(),
+                        key=key,
                         partition=state.partition,
-                        headers=[*event_headers(ev.type), rid],
+                        headers=[*_event_headers(ev.type), rid],
                     )
                 self._maybe_snapshot(state, sid)
+        elif outcome.error is None and outcome.events:  # a retry, answered from the log
+            first = outcome.events[0].seq
+            values = state.sessions[sid].event_values(first, first + len(outcome.events))
         self._reply(command, outcome, values)
+
+    @staticmethod
+    def _event_values(
+        command: AppendCommand, frames: tuple[DraftFrame, ...] | None, outcome: Outcome
+    ) -> list[bytes]:
+        """The events' topic values: assembled from the command's own bytes when it came in
+        the current schema (see ``schemas.frames``), else encoded from the values."""
+        sid = command.session_id
+        if frames is not None:
+            prefix = event_prefix(sid)
+            return [
+                event_value(prefix, f, ev.seq, ev.time)
+                for f, ev in zip(frames, outcome.events, strict=True)
+            ]
+        return [
+            encode_event(event_wire(d, ev), sid)
+            for d, ev in zip(command.events, outcome.events, strict=True)
+        ]
 
     def _decide(
         self, m: Message, command: AppendCommand, state: PartitionState, size: int
@@ -487,8 +508,6 @@ class Writer:
             first = command.events[0].get("type", "?") if command.events else "?"
             metrics.appends(str(first), "rejected").inc()
         else:
-            if not values:  # a retried request, answered from the log: encoded afresh
-                values = [encode_event(ev, sid) for ev in outcome.events]
             value = committed_reply(rid, cid, sid, values)
             result = "committed" if outcome.new else "duplicate"
             for ev in outcome.events:
@@ -509,16 +528,7 @@ class Writer:
     def _snapshot(self, state: PartitionState, session_id: str) -> bool:
         assert self._producer is not None
         session_state = state.sessions[session_id]
-        value = encode_snapshot(
-            WriterSnapshot(
-                session_id,
-                tuple(ev.to_json() for ev in session_state.session.events()),
-                tuple(
-                    AnsweredRequest(rid, session_state.clients.get(rid, ""), first, count)
-                    for rid, (first, count) in session_state.requests.items()
-                ),
-            )
-        )
+        value = session_state.snapshot()
         if len(value) > self.settings.max_snapshot_bytes:
             # Snapshots only speed restores up; the events topic alone restores correctly.
             # Try again N events later, not on every append: encoding the whole session each
@@ -600,6 +610,11 @@ class Writer:
             log.warning("failpoint: stopping before producing request %s", request_id)
             os.kill(os.getpid(), signal.SIGSTOP)
             log.warning("failpoint: resumed")
+
+
+@functools.lru_cache(maxsize=1024)
+def _event_headers(event_type: str) -> tuple[tuple[str, bytes], ...]:
+    return tuple(event_headers(event_type))
 
 
 def unfenced(group_metadata: object) -> bool:
