@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
@@ -51,15 +51,29 @@ def cpu_seconds(pid: int) -> float:
 
 
 def scrape(port: int) -> dict[str, float]:
-    """The writer's unlabelled samples from its /metrics endpoint."""
+    """The writer's samples from its /metrics endpoint, keyed by name{labels} as printed."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     samples = {}
     for line in text.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
+        if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
     return samples
+
+
+PHASES = ("validate", "offsets", "commit")
+
+
+def phase_means_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean time per transaction in each phase between two scrapes."""
+    out = {}
+    for phase in PHASES:
+        key = f'dsh_writer_transaction_phase_seconds_{{}}{{{{phase="{phase}"}}}}'
+        n = after[key.format("count")] - before.get(key.format("count"), 0)
+        total = after[key.format("sum")] - before.get(key.format("sum"), 0)
+        out[phase] = total / n * 1000 if n else 0.0
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -206,10 +220,42 @@ def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, 
         return fut
 
     lat = paced_latency(one, rate, seconds)
+
+    # The same with the writer's extra step: the consumed offsets sent to the transaction
+    # with a group member's metadata (AddOffsetsToTxn + TxnOffsetCommit).
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    commands = kafka.topic("commands")
+    consumer.subscribe([commands])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.1)
+
+    def with_offsets(i: int) -> Future[None]:
+        fut: Future[None] = Future()
+        with pool:
+            producer.begin_transaction()
+            producer.produce(topic, value, keys[i % 64])
+            producer.send_offsets_to_transaction(
+                [TopicPartition(commands, 0, i + 1)], consumer.consumer_group_metadata(), 30
+            )
+            producer.commit_transaction(30)
+        fut.set_result(None)
+        return fut
+
+    lat_offsets = paced_latency(with_offsets, rate, seconds)
+    consumer.close()
     return {
         "events_per_s": throughput,
         "p50_ms": percentile(lat, 0.5),
         "p99_ms": percentile(lat, 0.99),
+        "offsets_p50_ms": percentile(lat_offsets, 0.5),
+        "offsets_p99_ms": percentile(lat_offsets, 0.99),
     }
 
 
@@ -293,6 +339,7 @@ def main() -> int:
             results["paced_mean_batch"] = (
                 after["dsh_writer_batch_commands_sum"] - before_batch
             ) / commits
+            results["paced_phase_mean_ms"] = phase_means_ms(before, after)
     finally:
         writer.terminate()
         writer.wait(30)
@@ -301,29 +348,34 @@ def main() -> int:
         print(json.dumps(results, indent=2))
     else:
         raw = results["raw"]
-        print(
-            f"writer: {results['append_async_events_per_s']:,.0f} events/s (append_async), "
-            f"{results['append_many_x10_events_per_s']:,.0f} events/s (10 per command); "
-            f"raw transactional producer {raw['events_per_s']:,.0f} records/s"
-        )
+        if not args.skip_sustained:
+            print(
+                f"writer: {results['append_async_events_per_s']:,.0f} events/s (append_async), "
+                f"{results['append_many_x10_events_per_s']:,.0f} events/s (10 per command); "
+                f"raw transactional producer {raw['events_per_s']:,.0f} records/s"
+            )
         print(
             f"round trip at {args.rate:.0f}/s: p50 {results['round_trip_p50_ms']:.1f} ms, "
             f"p99 {results['round_trip_p99_ms']:.1f} ms; raw one-record transaction p50 "
             f"{raw['p50_ms']:.1f} ms, p99 {raw['p99_ms']:.1f} ms"
         )
+        if not args.skip_sustained:
+            print(
+                "  writer CPU per event: "
+                f"{results['append_async_writer_cpu_us_per_event']:.0f} µs (1 per command), "
+                f"{results['append_many_x10_writer_cpu_us_per_event']:.0f} µs (10 per command)"
+            )
+            print(
+                "  client CPU per event: "
+                f"{results['append_async_client_cpu_us_per_event']:.0f} µs (1 per command), "
+                f"{results['append_many_x10_client_cpu_us_per_event']:.0f} µs (10 per command)"
+            )
+        phases = results["paced_phase_mean_ms"]
         print(
-            f"  writer CPU per event: {results['append_async_writer_cpu_us_per_event']:.0f} µs "
-            f"(1 per command), {results['append_many_x10_writer_cpu_us_per_event']:.0f} µs "
-            "(10 per command)"
-        )
-        print(
-            f"  client CPU per event: {results['append_async_client_cpu_us_per_event']:.0f} µs "
-            f"(1 per command), {results['append_many_x10_client_cpu_us_per_event']:.0f} µs "
-            "(10 per command)"
-        )
-        print(
-            f"  while paced: {results['paced_mean_batch']:.1f} commands per transaction, "
-            f"{results['paced_mean_commit_ms']:.1f} ms mean offsets+commit"
+            f"  while paced: {results['paced_mean_batch']:.1f} commands per transaction; mean "
+            + ", ".join(f"{p} {phases[p]:.1f} ms" for p in PHASES)
+            + f"; raw one-record transaction with offsets p50 {raw['offsets_p50_ms']:.1f} ms, "
+            f"p99 {raw['offsets_p99_ms']:.1f} ms"
         )
     return 0
 

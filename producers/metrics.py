@@ -43,6 +43,16 @@ TXN_COMMIT = Histogram(
     "send_offsets_to_transaction + commit_transaction, per batch.",
     buckets=_LATENCY_BUCKETS,
 )
+TXN_PHASE = Histogram(
+    "dsh_writer_transaction_phase_seconds",
+    "Time per batch in each phase: validate (decode, core, produce), offsets "
+    "(send_offsets_to_transaction), commit (commit_transaction).",
+    ["phase"],
+    buckets=_LATENCY_BUCKETS,
+)
+PHASE_VALIDATE = TXN_PHASE.labels("validate")
+PHASE_OFFSETS = TXN_PHASE.labels("offsets")
+PHASE_COMMIT = TXN_PHASE.labels("commit")
 TXN_ABORTS = Counter("dsh_writer_transaction_aborts_total", "Transactions aborted.")
 PARTITIONS_OWNED = Gauge("dsh_writer_partitions_owned", "Commands partitions this writer serves.")
 RESTORE_SECONDS = Histogram(

@@ -299,6 +299,7 @@ class Writer:
         assert self._producer is not None and self._consumer is not None
         producer = self._producer
         offsets: dict[int, int] = {}
+        begun = time.monotonic()
         try:
             producer.begin_transaction()
             handled = 0
@@ -316,6 +317,7 @@ class Writer:
             for p in offsets:
                 self._maybe_checkpoint(self.partitions[p])
             started = time.monotonic()
+            metrics.PHASE_VALIDATE.observe(started - begun)
             group = self._consumer.consumer_group_metadata()
             if unfenced(group):
                 raise KafkaException(
@@ -329,8 +331,11 @@ class Writer:
                 group,
                 _KAFKA_TIMEOUT_S,
             )
+            sent = time.monotonic()
             self._commit()
             done = time.monotonic()
+            metrics.PHASE_OFFSETS.observe(sent - started)
+            metrics.PHASE_COMMIT.observe(done - sent)
             metrics.TXN_COMMIT.observe(done - started)
             metrics.BATCH_COMMANDS.observe(handled)
             now_ms = time.time() * 1000
