@@ -137,6 +137,8 @@ class PartitionState:
     # Sessions with events no snapshot covers yet; a checkpoint snapshots all of them.
     dirty: set[str] = field(default_factory=set)
     events_since_checkpoint: int = 0
+    # A checkpoint in progress: its events offset and the sessions still to snapshot for it.
+    checkpoint: tuple[int, list[str]] | None = None
 
     def session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)

@@ -72,6 +72,8 @@ from schemas.frames import DraftFrame, decode_command_frames, event_prefix, even
 log = logging.getLogger("dsh.writer")
 
 _KAFKA_TIMEOUT_S = 30.0
+# Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
+CHECKPOINT_BYTES_PER_BATCH = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -530,7 +532,8 @@ class Writer:
         if every and state.sessions[session_id].events_since_snapshot >= every:
             self._snapshot(state, session_id)
 
-    def _snapshot(self, state: PartitionState, session_id: str) -> bool:
+    def _snapshot(self, state: PartitionState, session_id: str) -> int | None:
+        """Produce the session's snapshot; its size, or None when it is too large to keep."""
         assert self._producer is not None
         session_state = state.sessions[session_id]
         value = session_state.snapshot()
@@ -540,7 +543,7 @@ class Writer:
             # time would make appends cost the session's length.
             session_state.events_since_snapshot = 0
             metrics.SNAPSHOTS.labels("skipped").inc()
-            return False
+            return None
         self._producer.produce(
             self.topics.snapshots,
             value=value,
@@ -551,25 +554,44 @@ class Writer:
         session_state.events_since_snapshot = 0
         state.dirty.discard(session_id)
         metrics.SNAPSHOTS.labels("written").inc()
-        return True
+        return len(value)
 
     def _maybe_checkpoint(self, state: PartitionState) -> None:
-        """Snapshot every session with uncovered events, then record the events offset below
-        which the snapshots cover everything: a restore reads the events topic from there.
-        Called after the batch's commands, so this transaction's own events are covered."""
-        every = self.settings.checkpoint_every
-        if not every or state.events_since_checkpoint < every:
+        """Record an events offset X below which snapshots cover everything: a restore reads the
+        events topic from X on. Every ``checkpoint_every`` events X is taken (the partition's
+        end now) together with the sessions that have events no snapshot covers; those are
+        snapshotted a few per batch (``CHECKPOINT_BYTES_PER_BATCH``) rather than all in one
+        transaction, which would stall every command behind megabytes of snapshots; once the
+        last is written, so is the checkpoint. Called after the batch's commands, so this
+        transaction's own events are covered by what it snapshots."""
+        if state.checkpoint is None:
+            every = self.settings.checkpoint_every
+            if not every or state.events_since_checkpoint < every:
+                return
+            if state.broken:
+                # A session whose log does not restore has no snapshot: past a checkpoint, a
+                # restore would not see its events at all and take it for a new session.
+                return
+            assert self._probe is not None
+            offset = high_watermark(self._probe, self.topics.events, state.partition)
+            # Popped from the end: sorted in reverse, so sessions go in id order.
+            state.checkpoint = (offset, sorted(state.dirty, reverse=True))
+            state.events_since_checkpoint = 0
+        offset, uncovered = state.checkpoint
+        budget = CHECKPOINT_BYTES_PER_BATCH
+        while uncovered and budget > 0:
+            session_id = uncovered.pop()
+            if session_id not in state.dirty:
+                continue  # snapshotted since, on its own schedule
+            size = self._snapshot(state, session_id)
+            if size is None:
+                state.checkpoint = None  # a session too large to snapshot: no promise
+                return
+            budget -= size
+        if uncovered:
             return
-        if state.broken:
-            # A session whose log does not restore has no snapshot: past a checkpoint, a
-            # restore would not see its events at all and take it for a new session.
-            return
-        assert self._producer is not None and self._probe is not None
-        offset = high_watermark(self._probe, self.topics.events, state.partition)
-        covered = [self._snapshot(state, sid) for sid in sorted(state.dirty)]
-        state.events_since_checkpoint = 0
-        if not all(covered):
-            return  # a session too large to snapshot: the promise would not hold
+        state.checkpoint = None
+        assert self._producer is not None
         value = encode_snapshot(
             WriterSnapshot(f"checkpoint/{state.partition}", (), state={"eventsOffset": offset})
         )

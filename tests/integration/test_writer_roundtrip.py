@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
 import dsh
+import producers.writer as writer_module
 from deploy.config import KafkaSettings
 from deploy.topics import partition_for
 from producers import (
@@ -313,6 +314,35 @@ def test_a_retry_after_a_writer_restart_is_answered_from_the_log(topics: KafkaSe
         assert [e.seq for e in client.read(sid).events()] == list(range(9))
     with running_writer(topics, writer_settings(group_id=settings.group_id)) as third:
         assert third.partitions[home].sessions[sid].session.events() == client_events(topics, sid)
+
+
+def test_a_checkpoint_spread_over_batches_restores_every_session(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a tiny per-batch snapshot budget a checkpoint takes several transactions to write;
+    a restore from it still has every session, whatever batch snapshotted it."""
+    monkeypatch.setattr(writer_module, "CHECKPOINT_BYTES_PER_BATCH", 1)  # one session a batch
+    tag = uuid.uuid4().hex[:8]
+    home = 0
+    candidates = (f"spread-{tag}-{i}" for i in range(400))
+    sids = [s for s in candidates if partition_for(s, PARTITIONS) == home][:6]
+    settings = writer_settings(snapshot_every=1000, checkpoint_every=6)
+    with SessionClient(settings=topics, timeout=20) as client:
+        with running_writer(topics, settings) as first:
+            state = first.partitions[home]
+            for sid in sids:  # the 6th event starts the checkpoint: 6 sessions to snapshot
+                client.append(sid, "user/message", user("a"), surface_op="append")
+            assert state.checkpoint is not None and len(state.checkpoint[1]) == 5
+            for i in range(5):  # one more session snapshotted per batch
+                client.append(sids[0], "user/message", user(f"b{i}"), surface_op="append")
+            assert state.checkpoint is None and state.events_since_checkpoint == 5
+        with running_writer(topics, settings) as second:
+            restored = second.partitions[home]
+            assert restored.restored_from > 0  # from the checkpoint, not offset 0
+            assert [e.seq for e in restored.sessions[sids[0]].session.events()] == list(range(6))
+            for sid in sids[1:]:
+                assert [e.seq for e in restored.sessions[sid].session.events()] == [0]
+            assert client.append(sids[1], "user/message", user("c"), surface_op="append").seq == 1
 
 
 def client_events(kafka: KafkaSettings, sid: str) -> tuple[dsh.Event, ...]:
