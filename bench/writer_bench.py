@@ -65,6 +65,17 @@ def scrape(port: int) -> dict[str, float]:
 PHASES = ("validate", "offsets", "commit")
 
 
+def gc_pauses(before: dict[str, float], after: dict[str, float]) -> dict[str, list[float]]:
+    """Per generation: collections and their total ms between two scrapes."""
+    out = {}
+    for g in range(3):
+        key = f'dsh_writer_gc_pause_seconds_{{}}{{{{generation="{g}"}}}}'
+        n = after.get(key.format("count"), 0) - before.get(key.format("count"), 0)
+        total = after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)
+        out[str(g)] = [n, total * 1000]
+    return out
+
+
 def phase_means_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Mean time per transaction in each phase between two scrapes."""
     out = {}
@@ -340,6 +351,7 @@ def main() -> int:
                 after["dsh_writer_batch_commands_sum"] - before_batch
             ) / commits
             results["paced_phase_mean_ms"] = phase_means_ms(before, after)
+            results["paced_gc"] = gc_pauses(before, after)
     finally:
         writer.terminate()
         writer.wait(30)
@@ -376,6 +388,10 @@ def main() -> int:
             + ", ".join(f"{p} {phases[p]:.1f} ms" for p in PHASES)
             + f"; raw one-record transaction with offsets p50 {raw['offsets_p50_ms']:.1f} ms, "
             f"p99 {raw['offsets_p99_ms']:.1f} ms"
+        )
+        print(
+            "  writer GC while paced (collections, total ms) by generation: "
+            + ", ".join(f"{g}: {n:.0f}, {ms:.1f}" for g, (n, ms) in results["paced_gc"].items())
         )
     return 0
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import time
 from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -21,3 +23,26 @@ def young_gc_threshold(threshold: int) -> Iterator[None]:
     finally:
         if threshold > 0 and gc.get_threshold()[0] == threshold:
             gc.set_threshold(*old)
+
+
+_pause_hooked = False
+
+
+def observe_gc_pauses(histogram: Any) -> None:
+    """Time every cycle-collector run into ``histogram`` (labelled by generation): a full
+    collection over a large heap of cached sessions stops the whole process, and shows up as
+    latency that no other metric explains. Installed once per process."""
+    global _pause_hooked
+    if _pause_hooked:
+        return
+    _pause_hooked = True
+    children = [histogram.labels(str(g)) for g in range(3)]
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            children[info["generation"]].observe(time.perf_counter() - started[0])
+
+    gc.callbacks.append(on_gc)

@@ -53,6 +53,12 @@ TXN_PHASE = Histogram(
 PHASE_VALIDATE = TXN_PHASE.labels("validate")
 PHASE_OFFSETS = TXN_PHASE.labels("offsets")
 PHASE_COMMIT = TXN_PHASE.labels("commit")
+GC_PAUSES = Histogram(
+    "dsh_writer_gc_pause_seconds",
+    "Cycle-collector runs in the writer process, by generation (2: a full collection).",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 TXN_ABORTS = Counter("dsh_writer_transaction_aborts_total", "Transactions aborted.")
 PARTITIONS_OWNED = Gauge("dsh_writer_partitions_owned", "Commands partitions this writer serves.")
 RESTORE_SECONDS = Histogram(

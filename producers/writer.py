@@ -33,7 +33,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from deploy.config import ConfigError, KafkaSettings
-from deploy.gc_tuning import young_gc_threshold
+from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from deploy.interpreters import parse_interpreters
 from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
@@ -132,6 +132,7 @@ class Writer:
         return sorted(self.partitions)
 
     def run(self) -> None:
+        observe_gc_pauses(metrics.GC_PAUSES)
         self._start()
         try:
             with young_gc_threshold(self.settings.gc_threshold):
