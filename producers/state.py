@@ -71,6 +71,7 @@ class SessionState:
     # The snapshot's ``requests`` array items for the first ``encoded_requests`` requests.
     requests_blob: bytearray = field(default_factory=bytearray)
     encoded_requests: int = 0
+    prefix: bytes | None = None  # schemas.frames.event_prefix of the session, once needed
 
     def event_values(self, start: int, stop: int) -> list[bytes]:
         """Topic values of events ``start`` ..< ``stop``, encoding (and keeping) any not known."""

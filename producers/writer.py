@@ -426,7 +426,10 @@ class Writer:
         sid = command.session_id
         values: list[bytes] = []
         if outcome.new:
-            values = self._event_values(command, frames, outcome)
+            session_state = state.sessions[sid]
+            if frames is not None and session_state.prefix is None:
+                session_state.prefix = event_prefix(sid)
+            values = self._event_values(command, frames, outcome, session_state.prefix)
             too_big = [
                 (ev, len(v))
                 for ev, v in zip(outcome.events, values, strict=True)
@@ -444,7 +447,6 @@ class Writer:
                     )
                 )
             else:
-                session_state = state.sessions[sid]
                 session_state.values.extend(values)
                 produce, events, key = self._producer.produce, self.topics.events, sid.encode()
                 rid = (REQUEST_HEADER, command.request_id.encode())
@@ -464,13 +466,17 @@ class Writer:
 
     @staticmethod
     def _event_values(
-        command: AppendCommand, frames: tuple[DraftFrame, ...] | None, outcome: Outcome
+        command: AppendCommand,
+        frames: tuple[DraftFrame, ...] | None,
+        outcome: Outcome,
+        prefix: bytes | None = None,
     ) -> list[bytes]:
         """The events' topic values: assembled from the command's own bytes when it came in
-        the current schema (see ``schemas.frames``), else encoded from the values."""
+        the current schema (see ``schemas.frames``), else encoded from the values.
+        ``prefix``: the session's ``event_prefix``, if the caller keeps it."""
         sid = command.session_id
         if frames is not None:
-            prefix = event_prefix(sid)
+            prefix = prefix or event_prefix(sid)
             return [
                 event_value(prefix, f, ev.seq, ev.time)
                 for f, ev in zip(frames, outcome.events, strict=True)
@@ -518,14 +524,19 @@ class Writer:
         else:
             value = committed_reply(rid, cid, sid, values)
             result = "committed" if outcome.new else "duplicate"
-            for ev in outcome.events:
-                metrics.appends(ev.type, result).inc()
+            events = outcome.events
+            first_type = events[0].type
+            if all(ev.type == first_type for ev in events):
+                metrics.appends(first_type, result).inc(len(events))
+            else:
+                for ev in events:
+                    metrics.appends(ev.type, result).inc()
         self._producer.produce(
             self.topics.replies,
             value=value,
             key=cid.encode(),
             partition=self._partition_of(cid, self._reply_partitions),
-            headers=[*record_headers(APPEND_REPLY), (REQUEST_HEADER, rid.encode())],
+            headers=[*_REPLY_HEADERS, (REQUEST_HEADER, rid.encode())],
         )
 
     def _maybe_snapshot(self, state: PartitionState, session_id: str) -> None:
@@ -638,6 +649,9 @@ class Writer:
             log.warning("failpoint: stopping before producing request %s", request_id)
             os.kill(os.getpid(), signal.SIGSTOP)
             log.warning("failpoint: resumed")
+
+
+_REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))
 
 
 @functools.lru_cache(maxsize=1024)
