@@ -14,6 +14,7 @@ from dsh.errors import SessionError, ValidationError
 from dsh.projections import Interpreter
 from dsh.restore import restore
 from producers.errors import ConflictError, MalformedCommandError, PayloadTooLargeError
+from producers.rejections import Rejections
 from schemas import AppendCommand
 
 
@@ -81,6 +82,8 @@ class PartitionState:
     # Sessions with events no snapshot covers yet; a checkpoint snapshots all of them.
     dirty: set[str] = field(default_factory=set)
     events_since_checkpoint: int = 0
+    # Requests rejected recently: a retry gets the same rejection (producers/rejections.py).
+    rejections: Rejections = field(default_factory=Rejections)
 
     def session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)

@@ -226,6 +226,7 @@ class Writer:
                 (self.topics.events, self.topics.snapshots),
                 tp.partition,
                 timeout,
+                rejection_slots=self.settings.rejection_slots,
             )
             self.partitions[tp.partition] = state
             elapsed = time.monotonic() - started
@@ -313,6 +314,7 @@ class Writer:
                 producer.abort_transaction(_KAFKA_TIMEOUT_S)
                 return
             for p in offsets:
+                self._stage_rejections(self.partitions[p])
                 self._maybe_checkpoint(self.partitions[p])
             started = time.monotonic()
             group = self._consumer.consumer_group_metadata()
@@ -329,6 +331,8 @@ class Writer:
                 _KAFKA_TIMEOUT_S,
             )
             self._commit()
+            for p in offsets:
+                self.partitions[p].rejections.committed()
             done = time.monotonic()
             metrics.TXN_COMMIT.observe(done - started)
             metrics.BATCH_COMMANDS.observe(handled)
@@ -431,13 +435,13 @@ class Writer:
                 state.undo(command, outcome)
                 ev, size = too_big[0]
                 values = []
-                outcome = Outcome(
-                    error=PayloadTooLargeError(
-                        f"request {command.request_id!r}: event {ev.type} would be {size} "
-                        f"bytes, the limit is {self.limits.max_event_bytes}",
-                        code="EVENT_TOO_LARGE",
-                    )
+                too_large = PayloadTooLargeError(
+                    f"request {command.request_id!r}: event {ev.type} would be {size} "
+                    f"bytes, the limit is {self.limits.max_event_bytes}",
+                    code="EVENT_TOO_LARGE",
                 )
+                outcome = Outcome(error=too_large)
+                state.rejections.add(sid, command.request_id, too_large)
             else:
                 rid = (REQUEST_HEADER, command.request_id.encode())
                 for ev, v in zip(outcome.events, values, strict=True):
@@ -476,7 +480,31 @@ class Writer:
             )
             if denied is not None:
                 return Outcome(error=denied)
-        return state.apply(command, size, self.limits)
+        # Checked after the tenant: a rejection is only ever repeated to the one allowed to
+        # write the session, and only rejections that depend on the session are remembered
+        # (the ones above depend on who sent the command, or where, and recur on a retry).
+        remembered = state.rejections.get(command.session_id, command.request_id)
+        if remembered is not None:
+            return Outcome(error=remembered)
+        outcome = state.apply(command, size, self.limits)
+        if outcome.error is not None and command.session_id not in state.broken:
+            state.rejections.add(command.session_id, command.request_id, outcome.error)
+        return outcome
+
+    def _stage_rejections(self, state: PartitionState) -> None:
+        """The batch's rejections into the transaction, so a retry gets them after a restore
+        too; the memory keeps them once the transaction commits."""
+        assert self._producer is not None
+        for key, slot in state.rejections.stage():
+            self._producer.produce(
+                self.topics.snapshots,
+                value=encode_snapshot(
+                    WriterSnapshot(f"rejected/{state.partition}", (), state=slot.state())
+                ),
+                key=key,
+                partition=state.partition,
+                headers=[*record_headers(WRITER_SNAPSHOT)],
+            )
 
     def _reply(self, command: AppendCommand, outcome: Outcome, values: list[bytes]) -> None:
         assert self._producer is not None
