@@ -44,6 +44,13 @@ TXN_COMMIT = Histogram(
     buckets=_LATENCY_BUCKETS,
 )
 TXN_ABORTS = Counter("dsh_writer_transaction_aborts_total", "Transactions aborted.")
+PRODUCER_REPLACEMENTS = Counter(
+    "dsh_writer_producer_replacements_total",
+    "New producers (same transactional id) after a fatal producer error that was no fencing.",
+)
+RESTORE_RETRIES = Counter(
+    "dsh_writer_restore_retries_total", "Partition restores tried again after a Kafka error."
+)
 PARTITIONS_OWNED = Gauge("dsh_writer_partitions_owned", "Commands partitions this writer serves.")
 RESTORE_SECONDS = Histogram(
     "dsh_writer_restore_seconds",

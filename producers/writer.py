@@ -46,6 +46,7 @@ from producers.errors import (
 from producers.restore import (
     CHECKPOINT_KEY,
     REQUEST_HEADER,
+    RestoreTimeoutError,
     high_watermark,
     reader_consumer,
     restore_partition,
@@ -72,6 +73,11 @@ from schemas import (
 log = logging.getLogger("dsh.writer")
 
 _KAFKA_TIMEOUT_S = 30.0
+_BACKOFF_FIRST_S = 0.2
+_BACKOFF_MAX_S = 5.0
+# New producers in a row with no committed transaction between them before the writer gives
+# up and exits (an error that a new producer does not cure; the supervisor takes over).
+_MAX_REPLACEMENTS = 5
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class Writer:
         use_interpreters(parse_interpreters(settings.projections))
         self.partitions: dict[int, PartitionState] = {}
         self.transactional_id = settings.transactional_id or f"dsh-writer-{uuid.uuid4().hex}"
+        self._shared_id = bool(settings.transactional_id)  # another process may start with it
         self._stop = threading.Event()
         self._failpoint = settings.failpoint
         self._producer: Producer | None = None
@@ -114,6 +121,7 @@ class Writer:
         self._partition_count = 0
         self._reply_partitions = 0
         self._callback_error: Exception | None = None
+        self._replacements = 0  # new producers since the last committed transaction
         # murmur2 in Python costs more than the rest of routing a command; ids repeat a lot.
         self._partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
         self._tenancy = Tenancy.parse(
@@ -148,20 +156,7 @@ class Writer:
         self._partition_count = counts[t.commands]
         self._reply_partitions = counts[t.replies]
         s = self.settings
-        self._producer = Producer(
-            {
-                **self.kafka.client_config(),
-                **PRODUCER_PARTITIONER,
-                "transactional.id": self.transactional_id,
-                "transaction.timeout.ms": s.transaction_timeout_ms,
-                # librdkafka's default backoff puts a ~100 ms floor under back-to-back
-                # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
-                "retry.backoff.ms": 1,
-                "retry.backoff.max.ms": 10,
-                "linger.ms": s.linger_ms,
-                "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
-            }
-        )
+        self._producer = self._new_producer()
         self._producer.init_transactions(_KAFKA_TIMEOUT_S)
         self._reader = reader_consumer(self.kafka)
         self._probe = reader_consumer(self.kafka, "read_uncommitted")
@@ -193,6 +188,23 @@ class Writer:
             self._partition_count,
         )
 
+    def _new_producer(self) -> Producer:
+        s = self.settings
+        return Producer(
+            {
+                **self.kafka.client_config(),
+                **PRODUCER_PARTITIONER,
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": s.transaction_timeout_ms,
+                # librdkafka's default backoff puts a ~100 ms floor under back-to-back
+                # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
+                "retry.backoff.ms": 1,
+                "retry.backoff.max.ms": 10,
+                "linger.ms": s.linger_ms,
+                "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
+            }
+        )
+
     def _close(self) -> None:
         if self._consumer is not None:
             try:
@@ -209,7 +221,36 @@ class Writer:
     # -- ownership ------------------------------------------------------------------------
 
     def _restore(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """Restore the partitions' sessions; returns where their consumption must resume."""
+        """Restore the partitions' sessions; returns where their consumption must resume.
+
+        While a broker is down, partition leadership moves and the coordinator may be away:
+        reading offsets or watermarks fails for a while (timed out, unknown partition). That
+        is retried with backoff, for up to half the max poll interval (nothing polls the group
+        meanwhile), rather than failing the process."""
+        deadline = time.monotonic() + self.settings.max_poll_interval_ms / 2000
+        backoff = _BACKOFF_FIRST_S
+        restored: set[int] = set()  # kept across attempts: only the failed ones are redone
+        while True:
+            try:
+                return self._restore_once(partitions, restored)
+            except (KafkaException, RestoreTimeoutError) as exc:
+                if self._stop.is_set() or time.monotonic() + backoff > deadline:
+                    for p in restored:
+                        self.partitions.pop(p, None)  # never assigned: nothing may serve them
+                    raise
+                metrics.RESTORE_RETRIES.inc()
+                log.warning(
+                    "restoring partitions %s failed (%s); trying again in %.1fs",
+                    _ids(partitions),
+                    exc,
+                    backoff,
+                )
+                time.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def _restore_once(
+        self, partitions: list[TopicPartition], restored: set[int]
+    ) -> list[TopicPartition]:
         assert self._consumer is not None and self._reader is not None
         assert self._probe is not None
         timeout = self.settings.restore_timeout_ms / 1000
@@ -219,6 +260,8 @@ class Writer:
             [TopicPartition(self.topics.commands, tp.partition) for tp in partitions], timeout
         )
         for tp in committed:
+            if tp.partition in restored:
+                continue
             started = time.monotonic()
             state = restore_partition(
                 self._reader,
@@ -229,6 +272,7 @@ class Writer:
                 rejection_slots=self.settings.rejection_slots,
             )
             self.partitions[tp.partition] = state
+            restored.add(tp.partition)
             elapsed = time.monotonic() - started
             metrics.RESTORE_SECONDS.observe(elapsed)
             log.info(
@@ -331,6 +375,7 @@ class Writer:
                 _KAFKA_TIMEOUT_S,
             )
             self._commit()
+            self._replacements = 0
             for p in offsets:
                 self.partitions[p].rejections.committed()
             done = time.monotonic()
@@ -369,20 +414,37 @@ class Writer:
 
     def _recover(self, exc: KafkaException) -> None:
         """Abort, then trust nothing in memory: restore every owned partition from the log and
-        rewind the commands to the committed offsets."""
+        rewind the commands to the committed offsets.
+
+        A fenced producer (see :func:`fenced`) stops the writer. Any other fatal producer
+        error — an abort failing with INVALID_TXN_STATE while a killed broker's transaction
+        coordinator moves, or our own transaction aborted by the coordinator for running past
+        its timeout — gets a new producer with the same transactional id: its
+        ``init_transactions`` ends whatever transaction the old one left and bumps the epoch,
+        so the old one is fenced for good and the restore below reads a settled log. Group
+        fencing (KIP-447) is untouched by this: offsets still go with the consumer's group
+        generation, so a writer that lost its partitions meanwhile publishes nothing."""
         assert self._producer is not None and self._consumer is not None
         err: KafkaError = exc.args[0]
         metrics.TXN_ABORTS.inc()
-        if err.fatal():
-            log.error("transaction failed fatally (fenced by a newer owner?): %s", err)
+        if fenced(err, shared_id=self._shared_id):
+            log.error("transaction failed: fenced (%s)", err)
             raise WriterFencedError(f"writer {self.transactional_id}: {err.str()}") from exc
-        log.warning("transaction aborted: %s", err)
-        try:
-            self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
-        except KafkaException as abort_exc:
-            raise WriterFencedError(
-                f"writer {self.transactional_id}: abort failed: {abort_exc}"
-            ) from abort_exc
+        if err.fatal():
+            log.warning("transaction failed fatally: %s", err)
+            self._replace_producer(err)
+        else:
+            log.warning("transaction aborted: %s", err)
+            try:
+                self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
+            except KafkaException as abort_exc:
+                abort_err: KafkaError = abort_exc.args[0]
+                if fenced(abort_err, shared_id=self._shared_id):
+                    raise WriterFencedError(
+                        f"writer {self.transactional_id}: abort failed: {abort_err.str()}"
+                    ) from abort_exc
+                log.warning("abort failed: %s", abort_err)
+                self._replace_producer(abort_err)
         owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
         self.partitions.clear()
         if not owned:
@@ -405,6 +467,56 @@ class Writer:
                     seek_exc,
                     extra={"partition": tp.partition},
                 )
+
+    def _replace_producer(self, cause: KafkaError) -> None:
+        """A new producer with this writer's transactional id, in place of one that cannot go
+        on. Partition state is dropped by the caller and restored from the log."""
+        assert self._producer is not None
+        self._replacements += 1
+        if self._replacements > _MAX_REPLACEMENTS:
+            raise WriterFencedError(
+                f"writer {self.transactional_id}: {_MAX_REPLACEMENTS} new producers in a row "
+                f"failed before a transaction committed; last: {cause.str()}"
+            )
+        old, self._producer = self._producer, None
+        try:
+            # Nothing of the failed transaction may still go out (the new producer's epoch
+            # fences it anyway); a producer in a fatal state may refuse even this.
+            old.purge(blocking=False)
+        except KafkaException as exc:
+            log.info("purging the old producer: %s", exc.args[0])
+        del old
+        metrics.PRODUCER_REPLACEMENTS.inc()
+        deadline = time.monotonic() + self.settings.max_poll_interval_ms / 2000
+        backoff = _BACKOFF_FIRST_S
+        while True:
+            producer = self._new_producer()
+            try:
+                producer.init_transactions(_KAFKA_TIMEOUT_S)
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if (
+                    fenced(err, shared_id=self._shared_id)
+                    or self._stop.is_set()
+                    or time.monotonic() + backoff > deadline
+                ):
+                    raise WriterFencedError(
+                        f"writer {self.transactional_id}: no new producer: {err.str()}"
+                    ) from exc
+                log.warning(
+                    "a new producer could not start (%s); trying again in %.1fs", err, backoff
+                )
+                del producer
+                time.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                continue
+            self._producer = producer
+            log.warning(
+                "new producer for %s (the old one failed: %s); restoring from the log",
+                self.transactional_id,
+                cause,
+            )
+            return
 
     # -- one command ----------------------------------------------------------------------
 
@@ -628,6 +740,32 @@ class Writer:
             log.warning("failpoint: stopping before producing request %s", request_id)
             os.kill(os.getpid(), signal.SIGSTOP)
             log.warning("failpoint: resumed")
+
+
+# The transactional id's epoch moved past this producer: a newer producer with the same id
+# took it over, or the coordinator aborted our transaction for running past
+# transaction.timeout.ms (e.g. while a broker was down), which bumps the epoch too.
+_EPOCH_BUMPED = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError._FATAL,  # a fatal error whose cause was not passed on: assume the worst
+    }
+)
+_NOT_ALLOWED = frozenset(
+    {KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+)
+
+
+def fenced(err: KafkaError, *, shared_id: bool) -> bool:
+    """Whether a producer error must stop the writer. A new producer cures every fatal error
+    except these: being refused the id, and a moved epoch when another process may hold the
+    id (a configured transactional id) — taking it back would fence the newer owner. An id of
+    this process's own (the default) nobody else has, so a moved epoch there only means the
+    coordinator ended our timed-out transaction."""
+    code = err.code()
+    return code in _NOT_ALLOWED or (shared_id and code in _EPOCH_BUMPED)
 
 
 def unfenced(group_metadata: object) -> bool:
