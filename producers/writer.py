@@ -30,10 +30,10 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from deploy.config import ConfigError, KafkaSettings
 from deploy.interpreters import parse_interpreters
+from deploy.kafka_errors import cluster_topics
 from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
 from producers import metrics
@@ -94,8 +94,8 @@ class Topics:
 
 
 def partition_counts(kafka: KafkaSettings, topics: Sequence[str]) -> dict[str, int]:
-    admin = AdminClient(kafka.client_config())
-    found = admin.list_topics(timeout=_KAFKA_TIMEOUT_S).topics
+    """Also the start-up check: a refused login fails it at once (``KAFKA_AUTHENTICATION``)."""
+    found = cluster_topics(kafka, _KAFKA_TIMEOUT_S)
     missing = [t for t in topics if t not in found]
     if missing:
         raise ConfigError(f"topics missing: {', '.join(missing)} (run `dsh up`?)")
