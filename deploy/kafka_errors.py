@@ -73,10 +73,21 @@ def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
             topics: dict[str, Any] = admin.list_topics(timeout=0.5).topics
             return topics
         except KafkaException as exc:
-            admin.poll(0)  # the error_cb: raises for a refused login
+            refused = _served(admin)  # the error_cb raises for a refused login
+            if refused is not None:
+                del admin  # the traceback keeps this frame: let the client go, not retry on
+                raise refused from None
             if time.monotonic() >= deadline:
                 raise KafkaUnreachableError(
                     f"no Kafka broker of {kafka.bootstrap_servers} answered in {timeout_s:.0f}s "
                     f"({exc.args[0].str()})"
                 ) from exc
-            admin.poll(0.1)
+            time.sleep(0.1)
+
+
+def _served(admin: AdminClient) -> KafkaAuthenticationError | None:
+    try:
+        admin.poll(0)
+    except KafkaAuthenticationError as exc:
+        return exc.with_traceback(None)  # its frames would keep the client alive
+    return None
