@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from deploy.kafka_errors import FailFast
 from dsh.errors import SessionError, register_error
 
 
@@ -57,11 +58,18 @@ class KafkaSettings(StrictSettings):
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
 
-    def client_config(self) -> dict[str, str | int | float | bool]:
-        """The librdkafka settings shared by every producer, consumer and admin client."""
-        config: dict[str, str | int | float | bool] = {
+    def client_config(self) -> dict[str, Any]:
+        """The librdkafka settings shared by every producer, consumer and admin client, with
+        an ``error_cb`` that turns a refused login into ``KafkaAuthenticationError``."""
+        config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
             "security.protocol": self.security_protocol,
+            "error_cb": FailFast(
+                f"Kafka at {self.bootstrap_servers} refused the login of "
+                f"{self.sasl_username or '(no user)'} "
+                f"({self.sasl_mechanism or self.security_protocol})",
+                [s.get_secret_value() for s in (self.sasl_password, self.ssl_key_password) if s],
+            ),
         }
         optional: dict[str, str | SecretStr | None] = {
             "sasl.mechanism": self.sasl_mechanism,

@@ -9,6 +9,7 @@ and timeouts.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -32,6 +33,7 @@ from pydantic import SecretStr
 
 import dsh
 from deploy.config import KafkaSettings
+from deploy.kafka_errors import KafkaAuthenticationError
 from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
 from producers import metrics
@@ -112,6 +114,7 @@ class SessionClient:
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._refused: KafkaAuthenticationError | None = None
         self._producer = Producer(
             {
                 **settings.client_config(),
@@ -239,6 +242,9 @@ class SessionClient:
         if self._closed.is_set():
             future.set_exception(WriterUnavailableError("the client is closed"))
             return future
+        if self._refused is not None:
+            future.set_exception(self._refused)
+            return future
         rid = request_id or f"{self._request_prefix}{next(self._request_numbers)}"
         try:
             value = encode_command(
@@ -307,12 +313,17 @@ class SessionClient:
     def _serve(self) -> None:
         next_expiry_check = 0.0
         while not self._closed.is_set():
-            self._producer.poll(0)
             try:
+                self._producer.poll(0)
                 first = self._replies.poll(0.02)
                 if first is not None:
                     for m in [first, *self._replies.consume(1000, 0)]:
                         self._on_reply(m)
+            except KafkaAuthenticationError as exc:
+                # The login was refused (e.g. the credentials were revoked): no reply will
+                # come, so every append waiting and every later one fails with it now.
+                self._refused = exc
+                self._fail_pending(exc)
             except Exception:
                 # This thread resolves every future: it must outlive any one bad reply.
                 log.exception("serving replies")
@@ -347,6 +358,13 @@ class SessionClient:
         metrics.round_trip("committed").observe(elapsed)
         events = [r.to_event() for r in reply.events or ()]
         pending.future.set_result(events[0] if pending.single else events)
+
+    def _fail_pending(self, error: Exception) -> None:
+        with self._lock:
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for p in pending:
+            p.future.set_exception(error)
 
     def _expire(self, now: float) -> None:
         with self._lock:
@@ -385,7 +403,9 @@ class SessionClient:
             return
         self._closed.set()
         self._thread.join()
-        self._producer.flush(10)
+        # Refused: nothing queued can go out, and the appends have that error already.
+        with contextlib.suppress(KafkaAuthenticationError):
+            self._producer.flush(10)
         self._replies.close()
         with self._lock:
             pending = list(self._pending.items())

@@ -60,6 +60,13 @@ GC_PAUSES = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 TXN_ABORTS = Counter("dsh_writer_transaction_aborts_total", "Transactions aborted.")
+PRODUCER_REPLACEMENTS = Counter(
+    "dsh_writer_producer_replacements_total",
+    "New producers (same transactional id) after a fatal producer error that was no fencing.",
+)
+RESTORE_RETRIES = Counter(
+    "dsh_writer_restore_retries_total", "Partition restores tried again after a Kafka error."
+)
 PARTITIONS_OWNED = Gauge("dsh_writer_partitions_owned", "Commands partitions this writer serves.")
 RESTORE_SECONDS = Histogram(
     "dsh_writer_restore_seconds",

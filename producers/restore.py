@@ -24,6 +24,7 @@ from confluent_kafka import (
 import dsh
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
+from producers.rejections import DEFAULT_SLOTS, Rejections, Slot, is_slot_key
 from producers.state import (
     PartitionState,
     SessionState,
@@ -126,12 +127,16 @@ def restore_partition(
     timeout_s: float,
     *,
     use_snapshots: bool = True,
+    rejection_slots: int = DEFAULT_SLOTS,
+    _slots: list[Slot] | None = None,
 ) -> PartitionState:
     """Sessions of the partition from their latest snapshots plus the events after the last
     checkpoint. A checkpoint at events offset X promises that every session with an event
-    below X has a snapshot covering those events, so the events topic is read from X only."""
+    below X has a snapshot covering those events, so the events topic is read from X only.
+    The remembered rejections come from the same topic (``producers.rejections``)."""
     events_topic, snapshots_topic = topics
     snapshots: dict[str, WriterSnapshot] = {}
+    slots: list[Slot] = [] if _slots is None else _slots
     start = 0
     if use_snapshots:
         end = high_watermark(probe, snapshots_topic, partition)
@@ -139,13 +144,15 @@ def restore_partition(
             snapshot = decode_snapshot(message.value() or b"")
             if message.key() == CHECKPOINT_KEY:
                 start = checkpoint_offset(snapshot)
+            elif is_slot_key(message.key()):
+                slots.append(Slot.from_state(snapshot.state))
             else:
                 snapshots[snapshot.session_id] = snapshot
     end = high_watermark(probe, events_topic, partition)
     logs: dict[str, list[dict[str, Any]]] = {}
     values: dict[str, list[bytes | None]] = {}
     request_ids: dict[str, list[str | None]] = {}
-    state = PartitionState(partition, restored_from=start)
+    state = PartitionState(partition, restored_from=start, rejections=Rejections(rejection_slots))
     for message in read_partition(reader, events_topic, partition, end, timeout_s, start):
         try:
             record = decode_event_frozen(message.value() or b"")
@@ -169,7 +176,14 @@ def restore_partition(
             # A gap between snapshot and tail breaks the checkpoint's promise: trust only the
             # events topic, from its beginning.
             return restore_partition(
-                reader, probe, topics, partition, timeout_s, use_snapshots=False
+                reader,
+                probe,
+                topics,
+                partition,
+                timeout_s,
+                use_snapshots=False,
+                rejection_slots=rejection_slots,
+                _slots=slots,
             )
         try:
             session = rebuild(session_id, head + tail)
@@ -187,6 +201,7 @@ def restore_partition(
         state.sessions[session_id] = SessionState(session, requests, {}, len(tail), known)
         if tail:
             state.dirty.add(session_id)  # the next checkpoint must cover its tail
+    state.rejections.load(slots, {sid: s.requests for sid, s in state.sessions.items()})
     return state
 
 

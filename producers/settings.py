@@ -37,6 +37,10 @@ class WriterSettings(StrictSettings):
     max_event_bytes: Annotated[int, Field(ge=1)] = 256 * KIB
     max_command_bytes: Annotated[int, Field(ge=1)] = 512 * KIB
     max_snapshot_bytes: Annotated[int, Field(ge=1)] = 900 * KIB
+    # Rejected requests remembered per partition, in slots of up to 64 (one or more per
+    # transaction that rejected anything), so a retry gets the original rejection; kept on
+    # the snapshots topic, so they survive restarts and takeovers. 0: validate retries again.
+    rejection_slots: Annotated[int, Field(ge=0)] = 1024
     # How long produced records may wait within a transaction before they go out; commit
     # sends whatever waits. Longer spares CPU (fewer broker-thread wake-ups); shorter lets the
     # records travel while the offsets are sent, a round trip less per transaction.

@@ -17,6 +17,7 @@ from dsh.event import SESSION_FORMAT_VERSION
 from dsh.projections import Interpreter
 from dsh.restore import restore
 from producers.errors import ConflictError, MalformedCommandError, PayloadTooLargeError
+from producers.rejections import Rejections
 from producers.wire import answered_request, snapshot_value
 from schemas import AppendCommand, default_store, encode_event
 from schemas.store import SESSION_EVENT
@@ -140,6 +141,9 @@ class PartitionState:
     events_since_checkpoint: int = 0
     # A checkpoint in progress: its events offset and the sessions still to snapshot for it.
     checkpoint: tuple[int, list[str]] | None = None
+
+    # Requests rejected recently: a retry gets the same rejection (producers/rejections.py).
+    rejections: Rejections = field(default_factory=Rejections)
 
     def session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)

@@ -30,11 +30,11 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from deploy.config import ConfigError, KafkaSettings
 from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from deploy.interpreters import parse_interpreters
+from deploy.kafka_errors import cluster_topics
 from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
 from producers import metrics
@@ -47,6 +47,7 @@ from producers.errors import (
 from producers.restore import (
     CHECKPOINT_KEY,
     REQUEST_HEADER,
+    RestoreTimeoutError,
     high_watermark,
     reader_consumer,
     restore_partition,
@@ -72,8 +73,15 @@ from schemas.frames import DraftFrame, decode_command_frames, event_prefix, even
 log = logging.getLogger("dsh.writer")
 
 _KAFKA_TIMEOUT_S = 30.0
+_TOPICS_APPEAR_S = 5.0
 # Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
 CHECKPOINT_BYTES_PER_BATCH = 1 << 20
+
+_BACKOFF_FIRST_S = 0.2
+_BACKOFF_MAX_S = 5.0
+# New producers in a row with no committed transaction between them before the writer gives
+# up and exits (an error that a new producer does not cure; the supervisor takes over).
+_MAX_REPLACEMENTS = 5
 
 
 @dataclass(frozen=True)
@@ -90,12 +98,19 @@ class Topics:
 
 
 def partition_counts(kafka: KafkaSettings, topics: Sequence[str]) -> dict[str, int]:
-    admin = AdminClient(kafka.client_config())
-    found = admin.list_topics(timeout=_KAFKA_TIMEOUT_S).topics
-    missing = [t for t in topics if t not in found]
-    if missing:
-        raise ConfigError(f"topics missing: {', '.join(missing)} (run `dsh up`?)")
-    return {t: len(found[t].partitions) for t in topics}
+    """Also the start-up check: a refused login fails it at once (``KAFKA_AUTHENTICATION``).
+    Topics created a moment ago may not be in every broker's metadata yet (the controller
+    answers CreateTopics before the brokers have applied it): missing ones are asked for again
+    for a few seconds before that is an error."""
+    deadline = time.monotonic() + _TOPICS_APPEAR_S
+    while True:
+        found = cluster_topics(kafka, _KAFKA_TIMEOUT_S)
+        missing = [t for t in topics if t not in found]
+        if not missing:
+            return {t: len(found[t].partitions) for t in topics}
+        if time.monotonic() >= deadline:
+            raise ConfigError(f"topics missing: {', '.join(missing)} (run `dsh up`?)")
+        time.sleep(0.2)
 
 
 class Writer:
@@ -107,6 +122,7 @@ class Writer:
         use_interpreters(parse_interpreters(settings.projections))
         self.partitions: dict[int, PartitionState] = {}
         self.transactional_id = settings.transactional_id or f"dsh-writer-{uuid.uuid4().hex}"
+        self._shared_id = bool(settings.transactional_id)  # another process may start with it
         self._stop = threading.Event()
         self._failpoint = settings.failpoint
         self._producer: Producer | None = None
@@ -116,6 +132,7 @@ class Writer:
         self._partition_count = 0
         self._reply_partitions = 0
         self._callback_error: Exception | None = None
+        self._replacements = 0  # new producers since the last committed transaction
         # murmur2 in Python costs more than the rest of routing a command; ids repeat a lot.
         self._partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
         self._tenancy = Tenancy.parse(
@@ -152,20 +169,7 @@ class Writer:
         self._partition_count = counts[t.commands]
         self._reply_partitions = counts[t.replies]
         s = self.settings
-        self._producer = Producer(
-            {
-                **self.kafka.client_config(),
-                **PRODUCER_PARTITIONER,
-                "transactional.id": self.transactional_id,
-                "transaction.timeout.ms": s.transaction_timeout_ms,
-                # librdkafka's default backoff puts a ~100 ms floor under back-to-back
-                # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
-                "retry.backoff.ms": 1,
-                "retry.backoff.max.ms": 10,
-                "linger.ms": s.linger_ms,
-                "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
-            }
-        )
+        self._producer = self._new_producer()
         self._producer.init_transactions(_KAFKA_TIMEOUT_S)
         self._reader = reader_consumer(self.kafka)
         self._probe = reader_consumer(self.kafka, "read_uncommitted")
@@ -197,6 +201,23 @@ class Writer:
             self._partition_count,
         )
 
+    def _new_producer(self) -> Producer:
+        s = self.settings
+        return Producer(
+            {
+                **self.kafka.client_config(),
+                **PRODUCER_PARTITIONER,
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": s.transaction_timeout_ms,
+                # librdkafka's default backoff puts a ~100 ms floor under back-to-back
+                # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
+                "retry.backoff.ms": 1,
+                "retry.backoff.max.ms": 10,
+                "linger.ms": s.linger_ms,
+                "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
+            }
+        )
+
     def _close(self) -> None:
         if self._consumer is not None:
             try:
@@ -213,7 +234,36 @@ class Writer:
     # -- ownership ------------------------------------------------------------------------
 
     def _restore(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """Restore the partitions' sessions; returns where their consumption must resume."""
+        """Restore the partitions' sessions; returns where their consumption must resume.
+
+        While a broker is down, partition leadership moves and the coordinator may be away:
+        reading offsets or watermarks fails for a while (timed out, unknown partition). That
+        is retried with backoff, for up to half the max poll interval (nothing polls the group
+        meanwhile), rather than failing the process."""
+        deadline = time.monotonic() + self.settings.max_poll_interval_ms / 2000
+        backoff = _BACKOFF_FIRST_S
+        restored: set[int] = set()  # kept across attempts: only the failed ones are redone
+        while True:
+            try:
+                return self._restore_once(partitions, restored)
+            except (KafkaException, RestoreTimeoutError) as exc:
+                if self._stop.is_set() or time.monotonic() + backoff > deadline:
+                    for p in restored:
+                        self.partitions.pop(p, None)  # never assigned: nothing may serve them
+                    raise
+                metrics.RESTORE_RETRIES.inc()
+                log.warning(
+                    "restoring partitions %s failed (%s); trying again in %.1fs",
+                    _ids(partitions),
+                    exc,
+                    backoff,
+                )
+                time.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def _restore_once(
+        self, partitions: list[TopicPartition], restored: set[int]
+    ) -> list[TopicPartition]:
         assert self._consumer is not None and self._reader is not None
         assert self._probe is not None
         timeout = self.settings.restore_timeout_ms / 1000
@@ -223,6 +273,8 @@ class Writer:
             [TopicPartition(self.topics.commands, tp.partition) for tp in partitions], timeout
         )
         for tp in committed:
+            if tp.partition in restored:
+                continue
             started = time.monotonic()
             state = restore_partition(
                 self._reader,
@@ -230,8 +282,10 @@ class Writer:
                 (self.topics.events, self.topics.snapshots),
                 tp.partition,
                 timeout,
+                rejection_slots=self.settings.rejection_slots,
             )
             self.partitions[tp.partition] = state
+            restored.add(tp.partition)
             elapsed = time.monotonic() - started
             metrics.RESTORE_SECONDS.observe(elapsed)
             log.info(
@@ -318,6 +372,7 @@ class Writer:
                 producer.abort_transaction(_KAFKA_TIMEOUT_S)
                 return
             for p in offsets:
+                self._stage_rejections(self.partitions[p])
                 self._maybe_checkpoint(self.partitions[p])
             started = time.monotonic()
             metrics.PHASE_VALIDATE.observe(started - begun)
@@ -336,6 +391,9 @@ class Writer:
             )
             sent = time.monotonic()
             self._commit()
+            self._replacements = 0
+            for p in offsets:
+                self.partitions[p].rejections.committed()
             done = time.monotonic()
             metrics.PHASE_OFFSETS.observe(sent - started)
             metrics.PHASE_COMMIT.observe(done - sent)
@@ -374,20 +432,37 @@ class Writer:
 
     def _recover(self, exc: KafkaException) -> None:
         """Abort, then trust nothing in memory: restore every owned partition from the log and
-        rewind the commands to the committed offsets."""
+        rewind the commands to the committed offsets.
+
+        A fenced producer (see :func:`fenced`) stops the writer. Any other fatal producer
+        error — an abort failing with INVALID_TXN_STATE while a killed broker's transaction
+        coordinator moves, or our own transaction aborted by the coordinator for running past
+        its timeout — gets a new producer with the same transactional id: its
+        ``init_transactions`` ends whatever transaction the old one left and bumps the epoch,
+        so the old one is fenced for good and the restore below reads a settled log. Group
+        fencing (KIP-447) is untouched by this: offsets still go with the consumer's group
+        generation, so a writer that lost its partitions meanwhile publishes nothing."""
         assert self._producer is not None and self._consumer is not None
         err: KafkaError = exc.args[0]
         metrics.TXN_ABORTS.inc()
-        if err.fatal():
-            log.error("transaction failed fatally (fenced by a newer owner?): %s", err)
+        if fenced(err, shared_id=self._shared_id):
+            log.error("transaction failed: fenced (%s)", err)
             raise WriterFencedError(f"writer {self.transactional_id}: {err.str()}") from exc
-        log.warning("transaction aborted: %s", err)
-        try:
-            self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
-        except KafkaException as abort_exc:
-            raise WriterFencedError(
-                f"writer {self.transactional_id}: abort failed: {abort_exc}"
-            ) from abort_exc
+        if err.fatal():
+            log.warning("transaction failed fatally: %s", err)
+            self._replace_producer(err)
+        else:
+            log.warning("transaction aborted: %s", err)
+            try:
+                self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
+            except KafkaException as abort_exc:
+                abort_err: KafkaError = abort_exc.args[0]
+                if fenced(abort_err, shared_id=self._shared_id):
+                    raise WriterFencedError(
+                        f"writer {self.transactional_id}: abort failed: {abort_err.str()}"
+                    ) from abort_exc
+                log.warning("abort failed: %s", abort_err)
+                self._replace_producer(abort_err)
         owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
         self.partitions.clear()
         if not owned:
@@ -410,6 +485,56 @@ class Writer:
                     seek_exc,
                     extra={"partition": tp.partition},
                 )
+
+    def _replace_producer(self, cause: KafkaError) -> None:
+        """A new producer with this writer's transactional id, in place of one that cannot go
+        on. Partition state is dropped by the caller and restored from the log."""
+        assert self._producer is not None
+        self._replacements += 1
+        if self._replacements > _MAX_REPLACEMENTS:
+            raise WriterFencedError(
+                f"writer {self.transactional_id}: {_MAX_REPLACEMENTS} new producers in a row "
+                f"failed before a transaction committed; last: {cause.str()}"
+            )
+        old, self._producer = self._producer, None
+        try:
+            # Nothing of the failed transaction may still go out (the new producer's epoch
+            # fences it anyway); a producer in a fatal state may refuse even this.
+            old.purge(blocking=False)
+        except KafkaException as exc:
+            log.info("purging the old producer: %s", exc.args[0])
+        del old
+        metrics.PRODUCER_REPLACEMENTS.inc()
+        deadline = time.monotonic() + self.settings.max_poll_interval_ms / 2000
+        backoff = _BACKOFF_FIRST_S
+        while True:
+            producer = self._new_producer()
+            try:
+                producer.init_transactions(_KAFKA_TIMEOUT_S)
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if (
+                    fenced(err, shared_id=self._shared_id)
+                    or self._stop.is_set()
+                    or time.monotonic() + backoff > deadline
+                ):
+                    raise WriterFencedError(
+                        f"writer {self.transactional_id}: no new producer: {err.str()}"
+                    ) from exc
+                log.warning(
+                    "a new producer could not start (%s); trying again in %.1fs", err, backoff
+                )
+                del producer
+                time.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                continue
+            self._producer = producer
+            log.warning(
+                "new producer for %s (the old one failed: %s); restoring from the log",
+                self.transactional_id,
+                cause,
+            )
+            return
 
     # -- one command ----------------------------------------------------------------------
 
@@ -439,13 +564,13 @@ class Writer:
                 state.undo(command, outcome)
                 ev, size = too_big[0]
                 values = []
-                outcome = Outcome(
-                    error=PayloadTooLargeError(
-                        f"request {command.request_id!r}: event {ev.type} would be {size} "
-                        f"bytes, the limit is {self.limits.max_event_bytes}",
-                        code="EVENT_TOO_LARGE",
-                    )
+                too_large = PayloadTooLargeError(
+                    f"request {command.request_id!r}: event {ev.type} would be {size} "
+                    f"bytes, the limit is {self.limits.max_event_bytes}",
+                    code="EVENT_TOO_LARGE",
                 )
+                outcome = Outcome(error=too_large)
+                state.rejections.add(sid, command.request_id, too_large)
             else:
                 session_state.values.extend(values)
                 produce, events, key = self._producer.produce, self.topics.events, sid.encode()
@@ -511,7 +636,31 @@ class Writer:
             )
             if denied is not None:
                 return Outcome(error=denied)
-        return state.apply(command, size, self.limits)
+        # Checked after the tenant: a rejection is only ever repeated to the one allowed to
+        # write the session, and only rejections that depend on the session are remembered
+        # (the ones above depend on who sent the command, or where, and recur on a retry).
+        remembered = state.rejections.get(command.session_id, command.request_id)
+        if remembered is not None:
+            return Outcome(error=remembered)
+        outcome = state.apply(command, size, self.limits)
+        if outcome.error is not None and command.session_id not in state.broken:
+            state.rejections.add(command.session_id, command.request_id, outcome.error)
+        return outcome
+
+    def _stage_rejections(self, state: PartitionState) -> None:
+        """The batch's rejections into the transaction, so a retry gets them after a restore
+        too; the memory keeps them once the transaction commits."""
+        assert self._producer is not None
+        for key, slot in state.rejections.stage():
+            self._producer.produce(
+                self.topics.snapshots,
+                value=encode_snapshot(
+                    WriterSnapshot(f"rejected/{state.partition}", (), state=slot.state())
+                ),
+                key=key,
+                partition=state.partition,
+                headers=[*record_headers(WRITER_SNAPSHOT)],
+            )
 
     def _reply(self, command: AppendCommand, outcome: Outcome, values: list[bytes]) -> None:
         assert self._producer is not None
@@ -657,6 +806,32 @@ _REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))
 @functools.lru_cache(maxsize=1024)
 def _event_headers(event_type: str) -> tuple[tuple[str, bytes], ...]:
     return tuple(event_headers(event_type))
+
+
+# The transactional id's epoch moved past this producer: a newer producer with the same id
+# took it over, or the coordinator aborted our transaction for running past
+# transaction.timeout.ms (e.g. while a broker was down), which bumps the epoch too.
+_EPOCH_BUMPED = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError._FATAL,  # a fatal error whose cause was not passed on: assume the worst
+    }
+)
+_NOT_ALLOWED = frozenset(
+    {KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+)
+
+
+def fenced(err: KafkaError, *, shared_id: bool) -> bool:
+    """Whether a producer error must stop the writer. A new producer cures every fatal error
+    except these: being refused the id, and a moved epoch when another process may hold the
+    id (a configured transactional id) — taking it back would fence the newer owner. An id of
+    this process's own (the default) nobody else has, so a moved epoch there only means the
+    coordinator ended our timed-out transaction."""
+    code = err.code()
+    return code in _NOT_ALLOWED or (shared_id and code in _EPOCH_BUMPED)
 
 
 def unfenced(group_metadata: object) -> bool:

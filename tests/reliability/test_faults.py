@@ -112,6 +112,14 @@ def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
         extra["broker_rejoin_s"] = wait_for(
             lambda: _fully_replicated(bootstrap, topics), 120, "the broker back in every ISR"
         )
+        # The writers recover in process (a new producer, restores tried again), so the
+        # supervisor never had to start one again.
+        restarted = {n: c for n, c in pipeline.restarts().items() if n.startswith("writer")}
+        assert not restarted, f"writers restarted by the supervisor: {restarted}"
+        assert all(w.alive() for w in pipeline.writers)
+        logs = [w.log() for w in pipeline.writers]
+        extra["new_producers"] = sum(log.count("new producer for") for log in logs)
+        extra["restore_retries"] = sum(log.count("trying again in") for log in logs)
         _finish("broker SIGKILL", pipeline, ns, load, redis_client, history, extra)
 
 

@@ -1,12 +1,13 @@
 """Security against locally started servers configured that way: the services and the client
 over Kafka SASL/SCRAM-SHA-512 (the cluster's SASL listener, ACLs on), projectors on a Redis
-that has no default user (ACL user + password), a wrong password refused with a clear error,
-and no secret in any service log or /metrics page."""
+that has no default user (ACL user + password), a wrong password refused at once with a typed
+error, and no secret in any service log or /metrics page."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import redis
 from pydantic import SecretStr
 
 from deploy.config import KafkaSettings
+from deploy.kafka_errors import KafkaAuthenticationError
 from deploy.local.processes import ManagedProcess, free_ports
 from deploy.local.redis_server import ensure_redis_server
 from deploy.local.sasl import SaslKafkaCluster
@@ -89,6 +91,10 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.pid_file.unlink(missing_ok=True)
 
 
+def _exited(service: Service) -> Callable[[], bool]:
+    return lambda: not service.alive()
+
+
 def _pings(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
@@ -151,22 +157,39 @@ def test_services_over_sasl_scram_and_redis_acl_keep_every_secret_out_of_logs_an
         r.close()
 
 
-def test_a_wrong_kafka_password_is_refused_with_a_clear_error(
+def test_a_wrong_kafka_password_fails_fast_with_a_typed_error(
     cluster: LocalStack, tmp_path: Path
 ) -> None:
-    """The broker refuses the login and librdkafka says so in the service's log at once
-    ("SASL authentication error: ... invalid credentials"); the writer then fails its start
-    (a metadata timeout) rather than run without Kafka. No password is echoed."""
+    """The broker refuses the login; librdkafka reports ``_AUTHENTICATION`` through its
+    error_cb, which every client built from the settings turns into
+    ``KafkaAuthenticationError`` (code ``KAFKA_AUTHENTICATION``): ``SessionClient`` raises it
+    within seconds (it used to say "Broker transport failure" after 30 s), and the writer and
+    a projector exit with it (``dsh: error [KAFKA_AUTHENTICATION]``) instead of waiting. The
+    password is in no message and no log."""
     wrong = SecretStr("not-the-password-4711")
     kafka = sasl_settings(cluster, SERVICE_USER, wrong, "sec-wrong.dsh.session")
+    started = time.monotonic()
+    with pytest.raises(KafkaAuthenticationError) as refused:
+        SessionClient(settings=kafka, timeout=30)
+    client_s = time.monotonic() - started
+    assert client_s < 5, f"the client took {client_s:.1f}s to report the refused login"
+    assert refused.value.code == "KAFKA_AUTHENTICATION"
+    assert SERVICE_USER in refused.value.message and "SCRAM-SHA-512" in refused.value.message
+    assert wrong.get_secret_value() not in refused.value.message
+
     ns = Namespace(kafka, cluster.settings.redis_url(), tmp_path)
     services = [ns.writer("writer-wrong-password"), ns.projector("surface")]
     refusal = "Authentication failed during authentication due to invalid credentials"
     try:
+        exited = {s.name: wait_for(_exited(s), 30, f"{s.name} exiting") for s in services}
         for service in services:
-            log = service.log
-            wait_for(lambda: refusal in log(), 30, f"{service.name}: the refusal")  # noqa: B023
-            assert wrong.get_secret_value() not in service.log()
+            log = service.log()
+            assert "dsh: error [KAFKA_AUTHENTICATION]" in log, log[-2000:]
+            assert refusal in log
+            assert wrong.get_secret_value() not in log
+            assert service.process is not None and service.process.returncode == 1
+        # From process start: most of it is the interpreter importing the service.
+        print("RELIABILITY wrong password:", f"client {client_s:.2f}s,", exited)
     finally:
         for service in services:
             service.close()

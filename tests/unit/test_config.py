@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError
 
 from deploy.config import ConfigError, KafkaSettings, RedisSettings
+from deploy.kafka_errors import FailFast, KafkaAuthenticationError
 from deploy.local.settings import LocalStackSettings
 
 
@@ -15,7 +17,9 @@ def test_kafka_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("DSH_KAFKA_SASL_USERNAME", "writer")
     monkeypatch.setenv("DSH_KAFKA_SASL_PASSWORD", "s3cret")
     settings = KafkaSettings()
-    assert settings.client_config() == {
+    config = settings.client_config()
+    fail_fast = config.pop("error_cb")
+    assert config == {
         "bootstrap.servers": "10.0.0.1:9093",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512",
@@ -23,6 +27,17 @@ def test_kafka_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) ->
         "sasl.password": "s3cret",
     }
     assert "s3cret" not in repr(settings) and "s3cret" not in str(settings)
+    assert isinstance(fail_fast, FailFast) and "s3cret" not in fail_fast.who
+    assert fail_fast.scrub("echoed s3cret") == "echoed ***"
+
+
+def test_a_refused_login_reported_by_librdkafka_raises_the_typed_error() -> None:
+    fail_fast = KafkaSettings(sasl_username="writer").client_config()["error_cb"]
+    fail_fast(KafkaError(KafkaError._TRANSPORT, "broker down"))  # librdkafka retries this
+    with pytest.raises(KafkaAuthenticationError) as refused:
+        fail_fast(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid"))
+    assert refused.value.code == "KAFKA_AUTHENTICATION"
+    assert "writer" in refused.value.message and "invalid" in refused.value.message
 
 
 def test_a_misspelt_variable_is_an_error_not_a_silent_default(

@@ -1,0 +1,93 @@
+"""Kafka failures that waiting does not cure, as typed errors with stable codes, raised at once.
+
+librdkafka retries everything itself and reports trouble through its ``error_cb``, served by
+``poll``/``consume``/``flush``; a blocking call such as ``list_topics`` only says "Broker
+transport failure" once its timeout is over. Every client built from
+``KafkaSettings.client_config()`` gets :class:`FailFast` as its ``error_cb``: a refused login
+raises :class:`KafkaAuthenticationError` out of the next poll of that client, and
+:func:`cluster_topics` (the start-up metadata call of the writer and ``SessionClient``) polls
+while it waits, so a wrong password fails a start within a second or two, not after 30 s.
+Messages name the user, mechanism and servers, never a secret.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from dsh.errors import SessionError, register_error
+
+if TYPE_CHECKING:
+    from deploy.config import KafkaSettings
+
+
+@register_error
+class KafkaAuthenticationError(SessionError):
+    """The brokers refused this client's credentials (SASL). Retrying cannot help."""
+
+    default_code = "KAFKA_AUTHENTICATION"
+
+
+@register_error
+class KafkaUnreachableError(SessionError):
+    """No broker answered within the start-up timeout (all brokers down, wrong address)."""
+
+    default_code = "KAFKA_UNREACHABLE"
+
+
+_AUTHENTICATION = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+
+
+class FailFast:
+    """A librdkafka ``error_cb``: raises the typed error for a refused login (the exception
+    leaves the ``poll`` that served the callback with its type); other errors librdkafka
+    retries by itself, and logs."""
+
+    def __init__(self, who: str, secrets: Iterable[str] = ()) -> None:
+        self.who = who
+        self._secrets = tuple(s for s in secrets if s)
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.code() in _AUTHENTICATION:
+            raise KafkaAuthenticationError(self.scrub(f"{self.who}: {err.str()}"))
+
+    def scrub(self, text: str) -> str:
+        # librdkafka does not echo passwords, but a message must not carry one whatever it says.
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
+    """Topic metadata of the cluster (name -> TopicMetadata). Serves the client's callbacks
+    while it waits: a refused login raises ``KafkaAuthenticationError`` at once, no answer at
+    all ``KafkaUnreachableError`` after ``timeout_s``."""
+    admin = AdminClient(kafka.client_config())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            topics: dict[str, Any] = admin.list_topics(timeout=0.5).topics
+            return topics
+        except KafkaException as exc:
+            refused = _served(admin)  # the error_cb raises for a refused login
+            if refused is not None:
+                del admin  # the traceback keeps this frame: let the client go, not retry on
+                raise refused from None
+            if time.monotonic() >= deadline:
+                raise KafkaUnreachableError(
+                    f"no Kafka broker of {kafka.bootstrap_servers} answered in {timeout_s:.0f}s "
+                    f"({exc.args[0].str()})"
+                ) from exc
+            time.sleep(0.1)
+
+
+def _served(admin: AdminClient) -> KafkaAuthenticationError | None:
+    try:
+        admin.poll(0)
+    except KafkaAuthenticationError as exc:
+        return exc.with_traceback(None)  # its frames would keep the client alive
+    return None
