@@ -102,6 +102,12 @@ class Runtime(Generic[S]):
         self._replay_pending = False
         load_all(client)
 
+    def reconnected(self) -> None:
+        """In a forked process: Redis through connections of its own (redis-py's pool resets
+        itself in a new process; the link's connection is the parent's)."""
+        self.link = RedisLink(self.redis)
+        self.cache.clear()
+
     # --- the loop ------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
