@@ -5,6 +5,9 @@ acknowledged the batch (at-least-once delivery; the apply script makes it effect
 A batch spans many sessions: events are planned in Python against a per-session state cache
 and sent as one pipeline of script calls. Whatever the cache believes, Redis decides: a
 duplicate is skipped, a gap (Redis lost state) rebuilds that session from the topic.
+
+Two batches are in hand on a busy topic: batch N+1 is planned and submitted while Redis
+applies batch N; then N's replies are read and settled and N's offsets committed.
 """
 
 from __future__ import annotations
