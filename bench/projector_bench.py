@@ -222,10 +222,13 @@ def raw_write(
 
 
 def replay_rate(
-    kafka: KafkaSettings, redis_settings: RedisSettings, names: tuple[str, ...]
+    kafka: KafkaSettings, redis_settings: RedisSettings, names: tuple[str, ...], workers: int = 0
 ) -> float:
+    """Records/s of a whole-topic replay; ``workers`` as DSH_PROJECTOR_REPLAY_WORKERS (0: one
+    forked worker per CPU, 1: in this process)."""
     run = uuid.uuid4().hex[:8]
-    runtimes = [build_runtime(n, kafka, redis_settings, settings_for(run)) for n in names]
+    settings = settings_for(run, replay_workers=workers)
+    runtimes = [build_runtime(n, kafka, redis_settings, settings) for n in names]
     result = replay(kafka, runtimes)
     delete_prefix(runtimes[0].redis, f"bench-{run}")
     return result.records_per_second
@@ -462,6 +465,9 @@ def main() -> None:
     for name in PROJECTIONS if total else ():
         out[f"replay_{name}_records_per_s"] = round(replay_rate(kafka, redis_settings, (name,)))
     if total:
+        out["replay_surface_one_process_records_per_s"] = round(
+            replay_rate(kafka, redis_settings, ("surface",), workers=1)
+        )
         out["replay_all_three_records_per_s"] = round(
             replay_rate(kafka, redis_settings, PROJECTIONS)
         )

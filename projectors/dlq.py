@@ -24,10 +24,19 @@ class DeadLetters:
     def __init__(self, kafka: KafkaSettings, projector: str) -> None:
         self.topic = kafka.topic("dlq")
         self.projector = projector
-        self.producer = Producer(
-            {**kafka.client_config(), **PRODUCER_PARTITIONER, "enable.idempotence": True}
-        )
+        self.kafka = kafka
+        # Made on the first dead letter: a replay never sends one, and its worker processes
+        # are forked from a process that should hold no live Kafka client.
+        self._producer: Producer | None = None
         self.pending = 0
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer(
+                {**self.kafka.client_config(), **PRODUCER_PARTITIONER, "enable.idempotence": True}
+            )
+        return self._producer
 
     def send(
         self,

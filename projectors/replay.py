@@ -8,17 +8,21 @@ The whole topic is read one partition at a time, so memory holds one partition's
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from deploy.config import KafkaSettings
 from deploy.topics import partition_for
+from projectors.errors import ProjectorError
 from projectors.records import Poison, Record
 from projectors.runtime import Runtime, young_gc_threshold
 from projectors.topic_reader import partition_count, read_sessions, scan_partitions
@@ -86,25 +90,126 @@ def _replay(
             applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
     else:
         total = _records_in(kafka, topic, partitions)
-        # One reader over every partition; a partition's sessions are rebuilt (and freed) as
-        # soon as its end is reached.
-        logs: dict[int, dict[str, list[Record | Poison]]] = defaultdict(lambda: defaultdict(list))
-
-        def partition_done(p: int) -> None:
-            nonlocal sessions, applied
-            done = logs.pop(p, {})
-            sessions += len(done)
-            applied += sum(rt.rebuild_logs(done, "replay") for rt in runtimes)
-
-        for item in scan_partitions(kafka, topic, range(partitions), on_end=partition_done):
-            records += 1
-            if item.session_id is not None:
-                logs[item.partition][item.session_id].append(item)
-            if progress is not None and records % 10_000 == 0:
-                progress(records, total)
-        if progress is not None:
-            progress(records, total)
+        workers = _worker_count(runtimes, partitions)
+        if workers > 1:
+            sessions, records, applied = _in_workers(
+                kafka, runtimes, partitions, workers, total, progress
+            )
+        else:
+            sessions, records, applied = _replay_partitions(
+                kafka, runtimes, range(partitions), total, progress
+            )
     return ReplayResult(sessions, records, applied, time.perf_counter() - started)
+
+
+def _replay_partitions(
+    kafka: KafkaSettings,
+    runtimes: Sequence[Runtime[Any]],
+    partitions: Iterable[int],
+    total: int,
+    progress: Progress | None,
+) -> tuple[int, int, int]:
+    """Rebuild every session of the partitions; returns (sessions, records, events applied)."""
+    sessions = records = applied = 0
+    # One reader over the partitions; a partition's sessions are rebuilt (and freed) as soon as
+    # its end is reached.
+    logs: dict[int, dict[str, list[Record | Poison]]] = defaultdict(lambda: defaultdict(list))
+
+    def partition_done(p: int) -> None:
+        nonlocal sessions, applied
+        done = logs.pop(p, {})
+        sessions += len(done)
+        applied += sum(rt.rebuild_logs(done, "replay") for rt in runtimes)
+
+    topic = kafka.topic("events")
+    for item in scan_partitions(kafka, topic, partitions, on_end=partition_done):
+        records += 1
+        if item.session_id is not None:
+            logs[item.partition][item.session_id].append(item)
+        if progress is not None and records % 10_000 == 0:
+            progress(records, total)
+    if progress is not None:
+        progress(records, total)
+    return sessions, records, applied
+
+
+def _worker_count(runtimes: Sequence[Runtime[Any]], partitions: int) -> int:
+    wanted = max((rt.settings.replay_workers for rt in runtimes), default=1)
+    if wanted <= 0:
+        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(wanted, partitions))
+
+
+def _in_workers(
+    kafka: KafkaSettings,
+    runtimes: Sequence[Runtime[Any]],
+    partitions: int,
+    workers: int,
+    total: int,
+    progress: Progress | None,
+) -> tuple[int, int, int]:
+    """Forked processes, each rebuilding every ``workers``-th partition: decoding and planning
+    take most of a replay's time, and one Python process uses one core. Forked, not spawned,
+    so that a worker starts in milliseconds with everything imported; the parent holds no
+    Kafka client while it forks, and each worker opens its own Redis connection."""
+    context = multiprocessing.get_context("fork")
+    done = context.Array("q", workers, lock=False)  # records read so far, per worker
+    children = []
+    for w in range(workers):
+        receiver, sender = context.Pipe(duplex=False)
+        share = range(w, partitions, workers)
+        child = context.Process(
+            target=_worker, args=(kafka, runtimes, share, done, w, sender), daemon=True
+        )
+        child.start()
+        sender.close()
+        children.append((child, receiver))
+    while any(child.is_alive() for child, _ in children):
+        if progress is not None:
+            progress(sum(done), total)
+        for child, _ in children:
+            child.join(0.1)
+    totals = [0, 0, 0]  # sessions, records, events applied
+    failures = []
+    for child, receiver in children:
+        reply = receiver.recv() if receiver.poll() else ("error", f"exit code {child.exitcode}")
+        if reply[0] == "ok":
+            totals = [a + b for a, b in zip(totals, reply[1:], strict=True)]
+        else:
+            failures.append(str(reply[1]))
+    if failures:
+        raise ProjectorError(
+            f"replay: {len(failures)} of {workers} workers failed: {'; '.join(failures)}",
+            code="REPLAY_WORKER_FAILED",
+        )
+    sessions, records, applied = totals
+    if progress is not None:
+        progress(records, total)
+    return sessions, records, applied
+
+
+def _worker(
+    kafka: KafkaSettings,
+    runtimes: Sequence[Runtime[Any]],
+    partitions: range,
+    done: Any,
+    slot: int,
+    results: Connection,
+) -> None:
+    for rt in runtimes:
+        rt.reconnected()  # never write on the parent's sockets
+
+    def count(records: int, _: int) -> None:
+        done[slot] = records
+
+    try:
+        outcome = _replay_partitions(kafka, runtimes, partitions, 0, count)
+    except BaseException as exc:
+        results.send(("error", f"partitions {list(partitions)}: {type(exc).__name__}: {exc}"))
+        raise
+    results.send(("ok", *outcome))
 
 
 def progress_bar(stream: Any = sys.stderr, width: int = 40) -> Progress:

@@ -5,6 +5,9 @@ acknowledged the batch (at-least-once delivery; the apply script makes it effect
 A batch spans many sessions: events are planned in Python against a per-session state cache
 and sent as one pipeline of script calls. Whatever the cache believes, Redis decides: a
 duplicate is skipped, a gap (Redis lost state) rebuilds that session from the topic.
+
+Two batches are in hand on a busy topic: batch N+1 is planned and submitted while Redis
+applies batch N; then N's replies are read and settled and N's offsets committed.
 """
 
 from __future__ import annotations
@@ -16,11 +19,10 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import hiredis
 import redis
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -30,8 +32,6 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
-from redis._parsers.hiredis import _HiredisParser
 
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
@@ -39,6 +39,7 @@ from projectors import metrics
 from projectors.dlq import DeadLetters
 from projectors.errors import PoisonRecordError
 from projectors.fold import Image
+from projectors.link import Pending, RedisLink, raise_errors
 from projectors.projection import Projection, dumps
 from projectors.records import Poison, Record, decode, encode
 from projectors.scripts import APPLY, BLOCK, load_all
@@ -51,6 +52,9 @@ log = logging.getLogger("projectors")
 
 APPLIED, DUPLICATE, GAP, BLOCKED = 1, 0, -1, -2
 _RESULTS = ("applied", "duplicate", "gap", "blocked", "poison")
+# A batch that meets one of these is applied again from the start, with the one before it:
+# nothing of either was committed, and applying again is harmless.
+_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, KafkaException)
 
 
 @dataclass
@@ -58,6 +62,20 @@ class Entry(Generic[S]):
     state: S
     blocked: bool = False
     apply: tuple[Any, ...] | None = None  # ("EVALSHA", sha, numkeys, *keys), built once
+
+
+@dataclass
+class Batch:
+    """A batch between its submission to Redis and its settlement (replies read, gaps rebuilt,
+    dead letters flushed); its offsets are committed only after that."""
+
+    messages: Sequence[Message]
+    sessions: set[str]
+    commands: list[tuple[Any, ...]]
+    queued: list[Record | Poison]
+    rebuild: dict[int, set[str]]
+    pending: Pending
+    started: float
 
 
 class Runtime(Generic[S]):
@@ -79,10 +97,19 @@ class Runtime(Generic[S]):
         self.cache: OrderedDict[str, Entry[S]] = OrderedDict()
         self.stats: Counter[str] = Counter()
         self.dlq = DeadLetters(kafka, self.name)
+        self.link = RedisLink(client)
         self._consumer: Consumer | None = None
+        self._inflight: Batch | None = None  # submitted to Redis, not settled yet
+        self._published: Counter[str] = Counter()  # stats already counted in Prometheus
         self._next_check = 0.0
         self._replay_pending = False
         load_all(client)
+
+    def reconnected(self) -> None:
+        """In a forked process: Redis through connections of its own (redis-py's pool resets
+        itself in a new process; the link's connection is the parent's)."""
+        self.link = RedisLink(self.redis)
+        self.cache.clear()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -106,20 +133,27 @@ class Runtime(Generic[S]):
         try:
             with young_gc_threshold(self.settings.gc_threshold):
                 while not stop.is_set():
-                    self._housekeeping(consumer)
-                    messages = [m for m in self._next_batch(consumer) if self._usable(m)]
-                    if messages:
-                        self._process_until_done(messages, stop)
-                        self._commit(consumer, messages)
+                    if self._housekeeping_due():
+                        self._step(consumer, [], stop)  # settle what is in flight first
+                        self._housekeeping(consumer)
+                    # Records already fetched are taken at once while a batch is in flight:
+                    # they are planned while Redis applies it. Otherwise wait for the next.
+                    batch = self._next_batch(consumer, wait=self._inflight is None)
+                    self._step(consumer, [m for m in batch if self._usable(m)], stop)
+                self._step(consumer, [], stop)
         finally:
+            self._inflight = None
             self._consumer = None
+            self.link.close()
             consumer.close()
             self.dlq.flush()
             log.info("projector %s stopped: %s", self.name, dict(self.stats))
 
-    def _next_batch(self, consumer: Consumer) -> list[Message]:
+    def _next_batch(self, consumer: Consumer, wait: bool) -> list[Message]:
         """Wait for one record, then take whatever else is already fetched: a quiet topic
         gets low latency, a busy one full batches."""
+        if not wait:
+            return consumer.consume(self.settings.batch_size, 0)
         first = consumer.poll(self.settings.poll_timeout_s)
         if first is None:
             return []
@@ -133,15 +167,41 @@ class Runtime(Generic[S]):
             log.warning("projector %s: consumer error %s", self.name, error)
         return False
 
+    def _step(self, consumer: Consumer, messages: list[Message], stop: threading.Event) -> None:
+        """Submit ``messages`` as the next batch (if any), then settle and commit the batch
+        that was in flight: Redis applies one batch while Python plans the next."""
+        try:
+            batch = self._start(messages) if messages else None
+            self._finish_inflight(consumer)
+            self._inflight = batch
+        except _RETRYABLE as exc:
+            # Nothing of the batch in flight nor of this one is committed: both go again, in
+            # order, one at a time. The cache may be ahead of Redis, so forget it.
+            redo = [*(self._inflight.messages if self._inflight else ()), *messages]
+            self._inflight = None
+            self.link.reset()
+            self.cache.clear()
+            if stop.is_set() or not redo:
+                raise
+            log.warning("projector %s: %s; retrying %d records", self.name, exc, len(redo))
+            self._process_until_done(redo, stop)
+            self._commit(consumer, redo)
+
+    def _finish_inflight(self, consumer: Consumer) -> None:
+        batch = self._inflight
+        if batch is not None:
+            self._finish(batch)
+            self._inflight = None
+            self._commit(consumer, batch.messages)
+
     def _process_until_done(self, messages: list[Message], stop: threading.Event) -> None:
         delay = 0.1
         while True:
             try:
                 self.process(messages)
                 return
-            except (redis.ConnectionError, redis.TimeoutError, KafkaException) as exc:
-                # Nothing is committed and applying again is harmless; the cache may be ahead
-                # of Redis, so forget it.
+            except _RETRYABLE as exc:
+                self.link.reset()
                 self.cache.clear()
                 if stop.is_set():
                     raise
@@ -160,6 +220,7 @@ class Runtime(Generic[S]):
             log.warning("projector %s: offset commit failed: %s", self.name, exc)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._settle_before_rebalance(consumer)
         self.cache.clear()
         try:
             fields = [str(tp.partition) for tp in partitions]
@@ -189,10 +250,25 @@ class Runtime(Generic[S]):
             )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._settle_before_rebalance(consumer)
         self.cache.clear()
+
+    def _settle_before_rebalance(self, consumer: Consumer) -> None:
+        """Finish and commit the batch in flight while its partitions are still ours. If that
+        fails it is dropped uncommitted: whoever gets the partitions resumes from the last
+        commit and applies it again, harmlessly."""
+        try:
+            self._finish_inflight(consumer)
+        except Exception as exc:  # raising here would surface from inside poll()
+            log.warning("projector %s: batch in flight at a rebalance: %s", self.name, exc)
+            self._inflight = None
+            self.link.reset()
 
     def _initialized_key(self) -> str:
         return f"{self.keys.prefix}:projection:{self.name}:initialized"
+
+    def _housekeeping_due(self) -> bool:
+        return self._replay_pending or time.monotonic() >= self._next_check
 
     def _housekeeping(self, consumer: Consumer) -> None:
         try:
@@ -248,37 +324,46 @@ class Runtime(Generic[S]):
 
     # --- one batch -------------------------------------------------------------------------
 
-    def process(self, messages: Iterable[Message]) -> None:
+    def process(self, messages: Sequence[Message]) -> None:
+        """Apply one batch from start to finish (nothing else in flight)."""
+        self._finish(self._start(messages))
+
+    def _start(self, messages: Sequence[Message]) -> Batch:
+        """Decode, plan against the cached states and submit the batch to Redis."""
+        started = time.perf_counter()
         items = [
             decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0, m.headers())
             for m in messages
         ]
-        self.apply_items(items)
+        sessions = {i.session_id for i in items if type(i) is Record}
+        self._load(sessions)
+        commands, queued, rebuild = self._plan(items)
+        return Batch(
+            messages, sessions, commands, queued, rebuild, self.link.submit(commands), started
+        )
 
-    def apply_items(self, items: Sequence[Record | Poison]) -> None:
-        started = time.perf_counter()
-        before = Counter(self.stats)
-        sessions = {i.session_id for i in items if isinstance(i, Record)}
-        try:
-            self._load(sessions)
-            commands, queued, rebuild = self._plan(items)
-            results = self._execute(commands)
-            self._settle(queued, results, rebuild)
-            if rebuild:
-                self.rebuild(rebuild, cause="gap")
-            self.dlq.flush()
-        except BaseException:
-            for sid in sessions:
-                self.cache.pop(sid, None)
-            raise
+    def _finish(self, batch: Batch) -> None:
+        """Read the batch's replies and settle them: what Redis refused is counted, rebuilt or
+        blocked; dead letters are delivered. After this its offsets may be committed."""
+        results = batch.pending.result()
+        if any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
+            # Redis restarted: nothing of this batch ran. Load the scripts and send it again;
+            # a batch submitted after it meets the same and is sent again after it.
+            load_all(self.redis)
+            results = self.link.round_trip(batch.commands)
+        self._settle(batch.queued, results, batch.rebuild)
+        if batch.rebuild:
+            self.rebuild(batch.rebuild, cause="gap")
+        self.dlq.flush()
         # Evicting only now: every session of the batch stays cached while it is in hand.
         while len(self.cache) > self.settings.cache_sessions:
             self.cache.popitem(last=False)
-        metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+        metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - batch.started)
         for result in _RESULTS:
-            n = self.stats[result] - before[result]
+            n = self.stats[result] - self._published[result]
             if n:
                 metrics.EVENTS.labels(self.name, result).inc(n)
+                self._published[result] = self.stats[result]
 
     def _load(self, sessions: set[str]) -> None:
         missing = [sid for sid in sessions if sid not in self.cache]
@@ -286,6 +371,11 @@ class Runtime(Generic[S]):
             self.cache.move_to_end(sid)
         if not missing:
             return
+        inflight = self._inflight
+        if inflight is not None and not inflight.sessions.isdisjoint(missing):
+            # A session of the batch in flight was dropped from the cache (Redis refused one
+            # of its events, or it was evicted): read its state only after Redis ran that batch.
+            inflight.pending.result()
         pipe = self.redis.pipeline(transaction=False)
         reads = [self.projection.load_reads(sid) for sid in missing]
         for session_reads in reads:
@@ -346,17 +436,6 @@ class Runtime(Generic[S]):
                 if n:
                     self._count(result, n)
         return commands, queued, {p: s for p, s in rebuild.items() if s}
-
-    def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        if not commands:
-            return []
-        for attempt in (1, 2):
-            results = _round_trip(self.redis, commands)
-            if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
-                load_all(self.redis)  # Redis restarted: nothing of this batch ran; send it again
-                continue
-            return results
-        raise AssertionError("unreachable")
 
     def _settle(
         self,
@@ -467,10 +546,10 @@ class Runtime(Generic[S]):
             metrics.REBUILDS.labels(self.name, cause).inc()
             self.stats["rebuilt"] += 1
             if len(batch) >= chunk:
-                _execute_checked(self.redis, batch)
+                raise_errors(self.link.round_trip(batch))
                 batch = []
         if batch:
-            _execute_checked(self.redis, batch)
+            raise_errors(self.link.round_trip(batch))
         return applied
 
     def _rebuild_commands(
@@ -518,66 +597,6 @@ def young_gc_threshold(threshold: int) -> Iterator[None]:
     finally:
         if threshold > 0 and gc.get_threshold()[0] == threshold:
             gc.set_threshold(*old)
-
-
-def _round_trip(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Send a batch in one write and read every reply (errors as values), packed by hiredis
-    directly: redis-py's pipeline encodes each argument in Python, which cost more per event
-    than everything else on the Redis side of a batch."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        packed = [b"".join(map(hiredis.pack_command, commands))]
-        conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
-        parser = getattr(conn, "_parser", None)
-        if type(parser) is _HiredisParser and parser._reader is not None:
-            return _read_replies(parser, len(commands))
-        results: list[Any] = []
-        for _ in commands:
-            try:
-                results.append(conn.read_response())
-            except redis.ResponseError as exc:  # one command failed; the stream stays in step
-                results.append(exc)
-        return results
-    except BaseException:
-        conn.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread
-        raise
-    finally:
-        pool.release(conn)
-
-
-def _read_replies(parser: Any, n: int) -> list[Any]:
-    """``n`` replies straight from redis-py's hiredis reader: what ``Connection.read_response``
-    does per reply, without its per-call layers (a few µs an event). Error replies come back as
-    the same ResponseError instances (hiredis builds them with redis-py's ``parse_error``);
-    socket timeouts and a closed connection raise redis-py's TimeoutError / ConnectionError."""
-    gets, fill = parser._reader.gets, parser.read_from_socket
-    results: list[Any] = []
-    append = results.append
-    for _ in range(n):
-        reply = gets()
-        while reply is _NOT_ENOUGH_DATA:
-            try:
-                fill()
-            except OSError as exc:  # reset, broken pipe: what read_response raises for them
-                raise redis.ConnectionError(f"Error while reading from Redis: {exc}") from exc
-            reply = gets()
-        if isinstance(reply, redis.ConnectionError):  # e.g. LOADING: as read_response raises
-            raise reply
-        append(reply)
-    return results
-
-
-def _execute_checked(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> None:
-    """Send commands in one round trip (packed by hiredis) and raise the first error, also one
-    inside a transaction's EXEC reply."""
-    for result in _round_trip(client, commands):
-        if isinstance(result, Exception):
-            raise result
-        if isinstance(result, list):
-            for inner in result:
-                if isinstance(inner, Exception):
-                    raise inner
 
 
 def _queue(pipe: Any, command: tuple[Any, ...]) -> None:

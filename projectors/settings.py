@@ -35,6 +35,10 @@ class ProjectorSettings(StrictSettings):
     # tens of thousands of short-lived containers next to the long-lived cached states, and at
     # 700 the collector rescans them over and over: about a third of the CPU per event.
     gc_threshold: int = 50_000
+    # Processes a whole-topic `dsh replay` forks, each rebuilding its share of the partitions
+    # (a session lives on one partition, so the shares are independent). 0: one per CPU, at
+    # most one per partition; 1: everything in the calling process.
+    replay_workers: int = 0
 
     def group_id(self, projection: str) -> str:
         return f"{self.group_prefix}-{projection}"

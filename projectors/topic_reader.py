@@ -52,11 +52,17 @@ def scan_partitions(
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 10,
+            # A start offset deleted by retention meanwhile: the earliest left, not the end.
+            "auto.offset.reset": "earliest",
         }
     )
     pending = set(partitions)
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
+        # From each partition's low watermark as a number: with OFFSET_BEGINNING librdkafka
+        # takes about half a second to fetch the first record.
+        consumer.assign(
+            [TopicPartition(topic, p, _first_offset(consumer, topic, p)) for p in pending]
+        )
         deadline = time.monotonic() + timeout_s
         while pending:
             first = consumer.poll(0.1)
@@ -80,6 +86,14 @@ def scan_partitions(
                     yield decode(message.key(), message.value(), p, message.offset() or 0)
     finally:
         consumer.close()
+
+
+def _first_offset(consumer: Consumer, topic: str, partition: int) -> int:
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    except KafkaException:
+        return OFFSET_BEGINNING
+    return int(low) if low >= 0 else OFFSET_BEGINNING
 
 
 def read_sessions(

@@ -1,17 +1,25 @@
 """Live behaviour: a UI tails the transcript with XREAD BLOCK while events arrive; two surface
-projectors in one group share the partitions; the metrics count what happened."""
+projectors in one group share the partitions; the metrics count what happened; a projector
+plans its next batch while Redis applies the last, and commits only what Redis applied."""
 
 from __future__ import annotations
 
 import json
 import threading
+from typing import Any
 
+import pytest
 import redis
+from confluent_kafka import Message
 from prometheus_client import REGISTRY
+from pydantic import SecretStr
 
-from deploy.config import KafkaSettings
+from deploy.config import KafkaSettings, RedisSettings
 from projectors.keys import Keys
+from projectors.link import Pending
 from projectors.read_api import Reader, TranscriptEntry
+from projectors.service import build_runtime
+from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import verify
 from tests.integration.projector_support import (
@@ -97,3 +105,63 @@ def test_a_tiny_session_cache_reloads_state_from_redis_and_stays_exact(
     for s in sessions:
         assert reader.surface(s.id).messages == json.loads(json.dumps(s.derive_messages()))
         assert redis_client.hget(f"dsh:{{{s.id}}}:surface:meta", "applies") == str(len(s)).encode()
+
+
+def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wait_for_redis(
+    topics: KafkaSettings, redis_client: redis.Redis, servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = [simple_session(f"overlap-{i}", turns=4) for i in range(20)]
+    publish(topics, interleave(*sessions))
+    settings = ProjectorSettings(
+        group_prefix=f"g-{topics.topic_prefix}", batch_size=10, poll_timeout_s=0.05
+    )
+    runtime = build_runtime(
+        "transcript", topics, RedisSettings(url=SecretStr(servers.redis_url)), settings
+    )
+    in_flight: list[int] = []  # batches submitted and not read, after each submission
+    submit = runtime.link.submit
+
+    def counting_submit(commands: Any) -> Pending:
+        pending = submit(commands)
+        in_flight.append(sum(not p.done for p in runtime.link._outstanding))
+        return pending
+
+    replies_of: dict[tuple[int, int], Pending] = {}  # (partition, offset) → its batch's replies
+    start = runtime._start
+
+    def recording_start(messages: list[Message]) -> Any:
+        batch = start(messages)
+        replies_of.update(((m.partition() or 0, m.offset() or 0), batch.pending) for m in messages)
+        return batch
+
+    unacknowledged: list[tuple[str, int, int]] = []  # committed before Redis answered
+    commit = runtime._commit
+
+    def checking_commit(consumer: Any, messages: list[Message]) -> None:
+        for m in messages:
+            if not replies_of[(m.partition() or 0, m.offset() or 0)].done:
+                unacknowledged.append(
+                    ((m.key() or b"").decode(), m.partition() or 0, m.offset() or 0)
+                )
+        commit(consumer, messages)
+
+    monkeypatch.setattr(runtime.link, "submit", counting_submit)
+    monkeypatch.setattr(runtime, "_start", recording_start)
+    monkeypatch.setattr(runtime, "_commit", checking_commit)
+    stop = threading.Event()
+    thread = threading.Thread(target=runtime.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(
+            lambda: all(applied(redis_client, "transcript", s.id) == len(s) - 1 for s in sessions),
+            what="all sessions in the transcript",
+        )
+    finally:
+        stop.set()
+        thread.join(30)
+    assert max(in_flight) >= 2, in_flight  # batch N+1 was sent before N's replies were read
+    assert not unacknowledged
+    assert runtime.stats["applied"] == sum(len(s) for s in sessions)
+    for s in sessions:
+        meta = redis_client.hgetall(f"dsh:{{{s.id}}}:transcript:meta")
+        assert int(meta[b"applies"]) == len(s)  # nothing applied twice

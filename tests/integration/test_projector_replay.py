@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import redis
 
 from deploy.config import KafkaSettings
@@ -27,25 +28,29 @@ from tests.integration.projector_support import (
 INTERPRETERS = {"image/offload": offload_images}
 
 
-def _dsh(topics: KafkaSettings, redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _dsh(
+    topics: KafkaSettings, redis_url: str, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "dsh.cli", *args],
-        env=projector_env(topics, redis_url),
+        env=projector_env(topics, redis_url, **env),
         capture_output=True,
         text=True,
         timeout=120,
     )
 
 
+# In the calling process, and in forked workers that share the partitions unevenly.
+@pytest.mark.parametrize("workers", ["1", "3"])
 def test_replay_all_then_one_session(
-    topics: KafkaSettings, redis_client: redis.Redis, servers
+    topics: KafkaSettings, redis_client: redis.Redis, servers, workers: str
 ) -> None:
     parent = scripted_session("replay-main").session
     sessions = [parent, forked(parent, "replay-fork")]
     sessions += [simple_session(f"replay-{i}", turns=4) for i in range(10)]
     records = publish(topics, interleave(*sessions))
 
-    done = _dsh(topics, servers.redis_url, "replay", "--json")
+    done = _dsh(topics, servers.redis_url, "replay", "--json", DSH_PROJECTOR_REPLAY_WORKERS=workers)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["sessions"] == len(sessions)

@@ -1,0 +1,160 @@
+"""The projectors' Redis I/O in two phases: submit a batch of commands now, read its replies later.
+
+A projector sends batch N+1 before it reads batch N's replies, so Redis runs N's scripts while
+Python decodes and plans N+1. Everything goes over one connection, so Redis executes the
+batches in the order they were submitted and replies come back in that order; a handle's
+``result()`` first reads (and keeps) the replies of every batch submitted before it.
+
+This is the one seam between the runtime and Redis for applying and rebuilding: a
+cluster-aware link (one connection per node, commands routed by hash slot) offers the same
+``submit`` / ``result`` / ``reset``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import hiredis
+import redis
+from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+from redis._parsers.hiredis import _HiredisParser
+
+Command = tuple[Any, ...]
+
+
+class Pending:
+    """The replies of one submitted batch, in order; a failed command's reply is its
+    ResponseError. ``result()`` raises ConnectionError / TimeoutError when the connection broke
+    before every reply was read: then nothing is known about what Redis applied."""
+
+    __slots__ = ("_error", "_link", "_n", "_replies")
+
+    def __init__(self, link: RedisLink | None, n: int) -> None:
+        self._link = link
+        self._n = n
+        self._replies: list[Any] | None = None if n else []
+        self._error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._replies is not None or self._error is not None
+
+    def result(self) -> list[Any]:
+        if not self.done:
+            assert self._link is not None
+            self._link._read_through(self)
+        if self._error is not None:
+            raise self._error
+        assert self._replies is not None
+        return self._replies
+
+
+class RedisLink:
+    """One connection of ``client``'s pool, kept for the link's lifetime."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._conn: Any = None
+        self._outstanding: deque[Pending] = deque()
+
+    def submit(self, commands: Sequence[Command]) -> Pending:
+        """Send the commands in one write, packed by hiredis (redis-py's pipeline encodes each
+        argument in Python, which cost more per event than everything else on the Redis side)."""
+        if not commands:
+            return Pending(None, 0)
+        conn = self._connection()
+        try:
+            packed = b"".join(map(hiredis.pack_command, commands))
+            conn.send_packed_command([packed], check_health=False)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        pending = Pending(self, len(commands))
+        self._outstanding.append(pending)
+        return pending
+
+    def round_trip(self, commands: Sequence[Command]) -> list[Any]:
+        return self.submit(commands).result()
+
+    def reset(self) -> None:
+        """Forget the connection and every unread reply (they fail with ConnectionError)."""
+        self._fail(redis.ConnectionError("the Redis link was reset"))
+
+    def close(self) -> None:
+        self.reset()
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._conn = self.client.connection_pool.get_connection()
+        return self._conn
+
+    def _read_through(self, target: Pending) -> None:
+        try:
+            while self._outstanding:
+                pending = self._outstanding[0]
+                pending._replies = self._read(pending._n)
+                self._outstanding.popleft()
+                if pending is target:
+                    return
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        raise AssertionError("a pending batch of another connection")
+
+    def _fail(self, exc: BaseException) -> None:
+        """Replies may be left unread: the connection is out of step, drop it."""
+        for pending in self._outstanding:
+            pending._error = exc
+        self._outstanding.clear()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.disconnect()
+            self.client.connection_pool.release(conn)
+
+    def _read(self, n: int) -> list[Any]:
+        conn = self._conn
+        parser = getattr(conn, "_parser", None)
+        if type(parser) is _HiredisParser and parser._reader is not None:
+            return _read_replies(parser, n)
+        results: list[Any] = []
+        for _ in range(n):
+            try:
+                results.append(conn.read_response())
+            except redis.ResponseError as exc:  # one command failed; the stream stays in step
+                results.append(exc)
+        return results
+
+
+def _read_replies(parser: Any, n: int) -> list[Any]:
+    """``n`` replies straight from redis-py's hiredis reader: what ``Connection.read_response``
+    does per reply, without its per-call layers (a few µs an event). Error replies come back as
+    the same ResponseError instances (hiredis builds them with redis-py's ``parse_error``);
+    socket timeouts and a closed connection raise redis-py's TimeoutError / ConnectionError."""
+    gets, fill = parser._reader.gets, parser.read_from_socket
+    results: list[Any] = []
+    append = results.append
+    for _ in range(n):
+        reply = gets()
+        while reply is _NOT_ENOUGH_DATA:
+            try:
+                fill()
+            except OSError as exc:  # reset, broken pipe: what read_response raises for them
+                raise redis.ConnectionError(f"Error while reading from Redis: {exc}") from exc
+            reply = gets()
+        if isinstance(reply, redis.ConnectionError):  # e.g. LOADING: as read_response raises
+            raise reply
+        append(reply)
+    return results
+
+
+def raise_errors(replies: Sequence[Any]) -> None:
+    """Raise the first error among replies, also one inside a transaction's EXEC reply."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, list):
+            for inner in reply:
+                if isinstance(inner, Exception):
+                    raise inner
