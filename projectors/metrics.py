@@ -21,6 +21,12 @@ DLQ = Counter("dsh_projector_dlq", "Records sent to the DLQ", ["projector", "cod
 REBUILDS = Counter(
     "dsh_projector_rebuilds", "Sessions rebuilt from the topic", ["projector", "cause"]
 )
+GC_PAUSES = Histogram(
+    "dsh_projector_gc_pause_seconds",
+    "Cycle-collector runs in the projector process, by generation (2: a full collection)",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 
 
 def serve(port: int) -> None:

@@ -21,10 +21,11 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from deploy.config import KafkaSettings
+from deploy.gc_tuning import young_gc_threshold
 from deploy.topics import partition_for
 from projectors.errors import ProjectorError
 from projectors.records import Poison, Record
-from projectors.runtime import Runtime, young_gc_threshold
+from projectors.runtime import Runtime
 from projectors.topic_reader import partition_count, read_sessions, scan_partitions
 
 Progress = Callable[[int, int], None]

@@ -12,14 +12,12 @@ applies batch N; then N's replies are read and settled and N's offsets committed
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -34,6 +32,7 @@ from confluent_kafka import (
 )
 
 from deploy.config import KafkaSettings
+from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from dsh.errors import SessionError
 from projectors import metrics
 from projectors.dlq import DeadLetters
@@ -114,6 +113,7 @@ class Runtime(Generic[S]):
     # --- the loop ------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        observe_gc_pauses(metrics.GC_PAUSES)
         config: dict[str, str | int | float | bool] = {
             **self.kafka.client_config(),
             "group.id": self.settings.group_id(self.name),
@@ -583,20 +583,6 @@ class Runtime(Generic[S]):
             *block,
         ]
         return commands, state, bool(block)
-
-
-@contextlib.contextmanager
-def young_gc_threshold(threshold: int) -> Iterator[None]:
-    """Collect the young generation every ``threshold`` allocations instead of Python's 700
-    while the block runs (see ``ProjectorSettings.gc_threshold``; 0 changes nothing)."""
-    old = gc.get_threshold()
-    if threshold > 0:
-        gc.set_threshold(threshold, *old[1:])
-    try:
-        yield
-    finally:
-        if threshold > 0 and gc.get_threshold()[0] == threshold:
-            gc.set_threshold(*old)
 
 
 def _queue(pipe: Any, command: tuple[Any, ...]) -> None:
