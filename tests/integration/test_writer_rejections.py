@@ -10,26 +10,18 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 
 import dsh
 from deploy.config import KafkaSettings
 from deploy.topics import partition_for
 from producers import ConflictError, PayloadTooLargeError, SessionClient
-from producers.restore import reader_consumer
-from tests.integration.writer_support import PARTITIONS, running_writer, user, writer_settings
-
-
-def _events_end_offsets(kafka: KafkaSettings) -> list[int]:
-    probe = reader_consumer(kafka, "read_uncommitted")
-    try:
-        topic = kafka.topic("events")
-        return [
-            probe.get_watermark_offsets(TopicPartition(topic, p), 10, False)[1]
-            for p in range(PARTITIONS)
-        ]
-    finally:
-        probe.close()
+from tests.integration.writer_support import (
+    PARTITIONS,
+    events_end_offsets,
+    running_writer,
+    user,
+    writer_settings,
+)
 
 
 def _rejected(call: Any) -> dsh.SessionError:
@@ -81,10 +73,10 @@ def test_a_retried_rejection_is_answered_with_the_original_even_across_a_restart
             # Now both would commit: the next seq is 2, and a turn is open.
             client.append(sid, "turn/start", {"turn": 1})
             assert len(client.read(sid)) == 2
-            before = _events_end_offsets(topics)
+            before = events_end_offsets(topics)
             for name, call in (("conflict", conflict), ("no_turn", no_turn), ("too_big", too_big)):
                 _same(_rejected(call), first[name])
-            assert _events_end_offsets(topics) == before
+            assert events_end_offsets(topics) == before
             assert len(writer.partitions[partition_for(sid, PARTITIONS)].rejections) == 3
 
         # A new writer in the same group restores the partition: it remembers them too.
@@ -92,7 +84,7 @@ def test_a_retried_rejection_is_answered_with_the_original_even_across_a_restart
             assert len(second.partitions[partition_for(sid, PARTITIONS)].rejections) == 3
             for name, call in (("conflict", conflict), ("no_turn", no_turn), ("too_big", too_big)):
                 _same(_rejected(call), first[name])
-            assert _events_end_offsets(topics) == before
+            assert events_end_offsets(topics) == before
             assert client.append(sid, "user/message", user("u2"), surface_op="append").seq == 2
 
 

@@ -25,7 +25,6 @@ from producers import (
     WrongPartitionError,
     draft,
 )
-from producers.restore import reader_consumer
 from producers.wire import committed_reply
 from producers.writer import Writer, unfenced
 from schemas import (
@@ -39,6 +38,7 @@ from schemas import (
 from tests.integration.writer_support import (
     PARTITIONS,
     assistant,
+    events_end_offsets,
     multi_turn_script,
     run_script_in_process,
     running_writer,
@@ -59,18 +59,6 @@ def writer(topics: KafkaSettings) -> Iterator[Writer]:
 def client(topics: KafkaSettings, writer: Writer) -> Iterator[SessionClient]:
     with SessionClient(settings=topics, timeout=20) as c:
         yield c
-
-
-def _events_end_offsets(kafka: KafkaSettings) -> list[int]:
-    probe = reader_consumer(kafka, "read_uncommitted")
-    try:
-        topic = kafka.topic("events")
-        return [
-            probe.get_watermark_offsets(TopicPartition(topic, p), 10, False)[1]
-            for p in range(PARTITIONS)
-        ]
-    finally:
-        probe.close()
 
 
 def test_scripted_session_through_the_client_equals_the_in_process_core(
@@ -174,7 +162,7 @@ def test_each_rejection_reaches_the_client_typed_and_publishes_nothing(
     local.append("user/message", user("u1"), surface_op="append")
     local.append("step/start", {"turn": 1, "step": 1})
     local.append("assistant/message", assistant(1, 1, "hello"), surface_op="append")
-    before = _events_end_offsets(topics)
+    before = events_end_offsets(topics)
 
     with pytest.raises(error) as remote_error:
         client.append_many(sid, [draft_])
@@ -192,7 +180,7 @@ def test_each_rejection_reaches_the_client_typed_and_publishes_nothing(
         assert remote_error.value.code == local_error.value.code
         assert remote_error.value.message == local_error.value.message
 
-    assert _events_end_offsets(topics) == before
+    assert events_end_offsets(topics) == before
     assert len(client.read(sid)) == 4
     assert client.append(sid, "user/message", user("after"), surface_op="append").seq == 4
 
@@ -200,7 +188,7 @@ def test_each_rejection_reaches_the_client_typed_and_publishes_nothing(
 def test_writer_level_rejections(topics: KafkaSettings, client: SessionClient) -> None:
     sid = f"limits-{uuid.uuid4().hex[:8]}"
     client.append(sid, "user/message", user("u0"), surface_op="append")
-    before = _events_end_offsets(topics)
+    before = events_end_offsets(topics)
 
     with pytest.raises(ConflictError) as conflict:
         client.append(sid, "user/message", user("u1"), surface_op="append", expected_seq=0)
@@ -232,7 +220,7 @@ def test_writer_level_rejections(topics: KafkaSettings, client: SessionClient) -
                 draft("turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
             ],
         )
-    assert _events_end_offsets(topics) == before
+    assert events_end_offsets(topics) == before
     assert (
         client.append(sid, "user/message", user("u2"), surface_op="append", expected_seq=1).seq == 1
     )
@@ -270,7 +258,7 @@ def test_a_command_on_the_wrong_partition_is_rejected(
         replies.close()
     assert isinstance(error, WrongPartitionError)
     assert error.code == "WRONG_PARTITION"
-    assert _events_end_offsets(topics) == [0] * PARTITIONS
+    assert events_end_offsets(topics) == [0] * PARTITIONS
 
 
 def test_a_retried_request_id_appends_once(topics: KafkaSettings, client: SessionClient) -> None:

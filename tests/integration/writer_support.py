@@ -14,8 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import TopicPartition
+
 import dsh
 from deploy.config import KafkaSettings
+from producers.restore import reader_consumer
 from producers.settings import WriterSettings
 from producers.writer import Writer
 from schemas import draft
@@ -236,3 +239,16 @@ class WriterProcess:
             self.process.kill()
             self.process.wait(10)
         self._log.close()
+
+
+def events_end_offsets(kafka: KafkaSettings) -> list[int]:
+    """The end (high watermark, uncommitted included) of every events partition."""
+    probe = reader_consumer(kafka, "read_uncommitted")
+    try:
+        topic = kafka.topic("events")
+        return [
+            probe.get_watermark_offsets(TopicPartition(topic, p), 10, False)[1]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        probe.close()
