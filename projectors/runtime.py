@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import hiredis
 import redis
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -30,15 +29,15 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
-from redis._parsers.hiredis import _HiredisParser
 
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
 from projectors import metrics
+from projectors.batch_io import RedisClient, batch_io, execute, execute_checked
 from projectors.dlq import DeadLetters
 from projectors.errors import PoisonRecordError
 from projectors.fold import Image
+from projectors.marks import Marks
 from projectors.projection import Projection, dumps
 from projectors.records import Poison, Record, decode, encode
 from projectors.scripts import APPLY, BLOCK, load_all
@@ -65,13 +64,14 @@ class Runtime(Generic[S]):
         self,
         projection: Projection[S],
         kafka: KafkaSettings,
-        client: redis.Redis,
+        client: RedisClient,
         settings: ProjectorSettings,
     ) -> None:
         self.projection = projection
         self.name = projection.name
         self.kafka = kafka
         self.redis = client
+        self.io = batch_io(client)  # batches: one Redis, or split by slot over a cluster
         self.settings = settings
         self.keys = projection.keys
         self.topic = kafka.topic("events")
@@ -82,6 +82,7 @@ class Runtime(Generic[S]):
         self._consumer: Consumer | None = None
         self._next_check = 0.0
         self._replay_pending = False
+        self.marks = Marks(client, self.keys, self.name, self.instance)
         load_all(client)
 
     # --- the loop ------------------------------------------------------------------------
@@ -102,7 +103,7 @@ class Runtime(Generic[S]):
         consumer = Consumer(config)
         self._consumer = consumer
         consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-        self.redis.set(self.keys.sentinel(self.name, self.instance), "1", ex=600)
+        self.marks.touch()
         try:
             with young_gc_threshold(self.settings.gc_threshold):
                 while not stop.is_set():
@@ -162,9 +163,8 @@ class Runtime(Generic[S]):
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.cache.clear()
         try:
-            fields = [str(tp.partition) for tp in partitions]
-            done = self.redis.hmget(self._initialized_key(), fields)
-            fresh = [tp for tp, mark in zip(partitions, done, strict=True) if mark is None]
+            unmarked = self.marks.unmarked([tp.partition for tp in partitions])
+            fresh = [tp for tp in partitions if tp.partition in unmarked]
             if fresh:
                 # Redis holds nothing of these partitions (new, or lost while no process of
                 # this projection ran): their committed offsets say nothing about Redis.
@@ -183,16 +183,10 @@ class Runtime(Generic[S]):
         consumer.assign(partitions)
 
     def _mark_initialized(self, partitions: list[int]) -> None:
-        if partitions:
-            self.redis.hset(
-                self._initialized_key(), mapping=dict.fromkeys(map(str, partitions), self.instance)
-            )
+        self.marks.mark(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.cache.clear()
-
-    def _initialized_key(self) -> str:
-        return f"{self.keys.prefix}:projection:{self.name}:initialized"
 
     def _housekeeping(self, consumer: Consumer) -> None:
         try:
@@ -212,11 +206,10 @@ class Runtime(Generic[S]):
         self._report_gauges(consumer)
 
     def _sentinel_alive(self) -> bool:
-        """False when Redis lost our sentinel: it was flushed, or restarted empty."""
-        key = self.keys.sentinel(self.name, self.instance)
-        if self.redis.set(key, "1", ex=600, xx=True):
+        """False when Redis (any primary of a cluster) lost our sentinel: it was flushed, or
+        restarted empty."""
+        if self.marks.alive():
             return True
-        self.redis.set(key, "1", ex=600)
         log.warning("projector %s: Redis lost its data; replaying the topic", self.name)
         self.stats["redis_lost"] += 1
         return False
@@ -348,15 +341,10 @@ class Runtime(Generic[S]):
         return commands, queued, {p: s for p, s in rebuild.items() if s}
 
     def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        if not commands:
-            return []
-        for attempt in (1, 2):
-            results = _round_trip(self.redis, commands)
-            if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
-                load_all(self.redis)  # Redis restarted: nothing of this batch ran; send it again
-                continue
-            return results
-        raise AssertionError("unreachable")
+        # The seam loads the scripts again where Redis lost them and re-sends what NOSCRIPT
+        # refused; on a cluster it follows redirections, and raises (a ConnectionError: the
+        # batch is retried, nothing committed) when a node failed.
+        return execute(self.io, commands)
 
     def _settle(
         self,
@@ -461,16 +449,16 @@ class Runtime(Generic[S]):
         applied = 0
         for sid, items in logs.items():
             commands, state, blocked = self._rebuild_commands(sid, items)
-            batch += (("MULTI",), *commands, ("EXEC",))
+            batch += commands
             applied += self.projection.applied(state) + 1
             self.cache[sid] = Entry(state, blocked)
             metrics.REBUILDS.labels(self.name, cause).inc()
             self.stats["rebuilt"] += 1
             if len(batch) >= chunk:
-                _execute_checked(self.redis, batch)
+                execute_checked(self.io, batch)
                 batch = []
         if batch:
-            _execute_checked(self.redis, batch)
+            execute_checked(self.io, batch)
         return applied
 
     def _rebuild_commands(
@@ -497,11 +485,17 @@ class Runtime(Generic[S]):
                 block = self._block_commands(poison, item.seq)
                 break
             image.apply(item.seq, ops)
+        # The blocked set indexes the meta hashes (the truth, which the apply script reads)
+        # and lives in a slot of its own on a cluster, so it stays out of the session's MULTI:
+        # the session leaves it before, and joins it after, its keys are rewritten.
         commands: list[tuple[Any, ...]] = [
-            ("DEL", *image.keys),
             ("SREM", self.keys.blocked(self.name), sid),
+            ("MULTI",),
+            ("DEL", *image.keys),
             *image.commands(),
-            *block,
+            *block[:1],  # the BLOCK script call
+            ("EXEC",),
+            *block[1:],  # SADD to the blocked set
         ]
         return commands, state, bool(block)
 
@@ -518,66 +512,6 @@ def young_gc_threshold(threshold: int) -> Iterator[None]:
     finally:
         if threshold > 0 and gc.get_threshold()[0] == threshold:
             gc.set_threshold(*old)
-
-
-def _round_trip(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Send a batch in one write and read every reply (errors as values), packed by hiredis
-    directly: redis-py's pipeline encodes each argument in Python, which cost more per event
-    than everything else on the Redis side of a batch."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        packed = [b"".join(map(hiredis.pack_command, commands))]
-        conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
-        parser = getattr(conn, "_parser", None)
-        if type(parser) is _HiredisParser and parser._reader is not None:
-            return _read_replies(parser, len(commands))
-        results: list[Any] = []
-        for _ in commands:
-            try:
-                results.append(conn.read_response())
-            except redis.ResponseError as exc:  # one command failed; the stream stays in step
-                results.append(exc)
-        return results
-    except BaseException:
-        conn.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread
-        raise
-    finally:
-        pool.release(conn)
-
-
-def _read_replies(parser: Any, n: int) -> list[Any]:
-    """``n`` replies straight from redis-py's hiredis reader: what ``Connection.read_response``
-    does per reply, without its per-call layers (a few µs an event). Error replies come back as
-    the same ResponseError instances (hiredis builds them with redis-py's ``parse_error``);
-    socket timeouts and a closed connection raise redis-py's TimeoutError / ConnectionError."""
-    gets, fill = parser._reader.gets, parser.read_from_socket
-    results: list[Any] = []
-    append = results.append
-    for _ in range(n):
-        reply = gets()
-        while reply is _NOT_ENOUGH_DATA:
-            try:
-                fill()
-            except OSError as exc:  # reset, broken pipe: what read_response raises for them
-                raise redis.ConnectionError(f"Error while reading from Redis: {exc}") from exc
-            reply = gets()
-        if isinstance(reply, redis.ConnectionError):  # e.g. LOADING: as read_response raises
-            raise reply
-        append(reply)
-    return results
-
-
-def _execute_checked(client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> None:
-    """Send commands in one round trip (packed by hiredis) and raise the first error, also one
-    inside a transaction's EXEC reply."""
-    for result in _round_trip(client, commands):
-        if isinstance(result, Exception):
-            raise result
-        if isinstance(result, list):
-            for inner in result:
-                if isinstance(inner, Exception):
-                    raise inner
 
 
 def _queue(pipe: Any, command: tuple[Any, ...]) -> None:
