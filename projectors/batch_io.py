@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -276,6 +277,7 @@ class ClusterBatchIO:
     def __init__(self, client: RedisCluster) -> None:
         self.client = client
         self.stale = False  # a node failed: read the slot map again before the next batch
+        self.resent: Counter[str] = Counter()  # commands sent again, by reason (MovedError, …)
 
     def submit(self, commands: Sequence[Command]) -> Pending:
         if not commands:
@@ -407,6 +409,7 @@ class _ClusterPending:
         wait = False
         scripts_loaded: set[str] = set()
         for u, (node, reason) in again.items():
+            self.io.resent[type(reason).__name__] += 1
             if isinstance(reason, MovedError):
                 manager.move_slot(reason)
             elif isinstance(reason, AskError):

@@ -18,12 +18,17 @@ from deploy.local.redis_server import RedisServer, ensure_redis_server
 
 
 class LocalRedisCluster:
-    def __init__(self, home: Path, ports: Sequence[int]) -> None:
-        if len(ports) < 3:
-            raise LocalStackError("a Redis Cluster needs at least 3 primaries", code="BAD_CLUSTER")
+    def __init__(self, home: Path, ports: Sequence[int], bus_ports: Sequence[int]) -> None:
+        """``ports`` for clients, ``bus_ports`` for the nodes' cluster bus (by default Redis
+        uses port + 10000, which may be taken or past 65535)."""
+        if len(ports) < 3 or len(bus_ports) != len(ports):
+            raise LocalStackError(
+                "a Redis Cluster needs at least 3 primaries, each with a bus port",
+                code="BAD_CLUSTER",
+            )
         self.nodes = [
-            RedisServer(home / f"node-{port}", port, persistent=False, cluster=True)
-            for port in ports
+            RedisServer(home / f"node-{port}", port, persistent=False, cluster_port=bus)
+            for port, bus in zip(ports, bus_ports, strict=True)
         ]
 
     @property
@@ -65,9 +70,10 @@ class LocalRedisCluster:
         import redis
 
         with redis.Redis(port=node.port, socket_timeout=2) as client:
-            raw = client.execute_command("CLUSTER INFO")
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        return dict(line.split(":", 1) for line in text.split() if ":" in line)
+            raw = client.execute_command("CLUSTER INFO")  # parsed by redis-py into a dict
+        if isinstance(raw, dict):
+            return {_text(k): _text(v) for k, v in raw.items()}
+        return dict(line.split(":", 1) for line in _text(raw).split() if ":" in line)
 
     def _formed(self) -> bool:
         return all(self._info(n).get("cluster_known_nodes") != "1" for n in self.nodes)
@@ -95,3 +101,7 @@ class LocalRedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

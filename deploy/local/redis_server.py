@@ -45,13 +45,14 @@ class RedisServer:
         *,
         persistent: bool = True,
         password: str | None = None,
-        cluster: bool = False,
+        cluster_port: int | None = None,
     ) -> None:
         self.home = home
         self.port = port
         self.persistent = persistent
         self.password = password
-        self.cluster = cluster  # a node of a Redis Cluster (see .redis_cluster)
+        # A node of a Redis Cluster (see .redis_cluster), its bus on this port.
+        self.cluster_port = cluster_port
         # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
         self.process = ManagedProcess(
             f"redis (port {port})", home / "redis.pid", home / "redis.log", f"127.0.0.1:{port}"
@@ -80,9 +81,10 @@ class RedisServer:
         ]
         if self.password is not None:
             config.append(f"requirepass {self.password}")
-        if self.cluster:
+        if self.cluster_port is not None:
             config += [
                 "cluster-enabled yes",
+                f"cluster-port {self.cluster_port}",
                 f"cluster-config-file {self.home / 'nodes.conf'}",
                 "cluster-node-timeout 2000",
             ]
