@@ -168,12 +168,14 @@ class Runtime(Generic[S]):
             if fresh:
                 # Redis holds nothing of these partitions (new, or lost while no process of
                 # this projection ran): their committed offsets say nothing about Redis.
-                log.info(
-                    "projector %s: replaying partitions %s from the start",
-                    self.name,
-                    [tp.partition for tp in fresh],
-                )
                 for tp in fresh:
+                    log.info(
+                        "projector %s: Redis holds nothing of partition %d: replaying it from "
+                        "the start",
+                        self.name,
+                        tp.partition,
+                        extra={"partition": tp.partition},
+                    )
                     tp.offset = OFFSET_BEGINNING
                 self._mark_initialized([tp.partition for tp in fresh])
         except redis.RedisError as exc:
@@ -223,6 +225,13 @@ class Runtime(Generic[S]):
         except Exception as exc:  # not fetching yet: try again on the next round
             log.info("projector %s: seek postponed: %s", self.name, exc)
             return False
+        for tp in assignment:
+            log.info(
+                "projector %s: replaying partition %d from the start",
+                self.name,
+                tp.partition,
+                extra={"partition": tp.partition},
+            )
         self._mark_initialized([tp.partition for tp in assignment])
         metrics.REBUILDS.labels(self.name, "redis-lost").inc()
         return True
@@ -363,7 +372,12 @@ class Runtime(Generic[S]):
                 sid = item.session_id
                 if isinstance(result, Exception):
                     log.warning(
-                        "projector %s: session %s seq %d: %s", self.name, sid, item.seq, result
+                        "projector %s: session %s seq %d: %s",
+                        self.name,
+                        sid,
+                        item.seq,
+                        result,
+                        extra={"session": sid, "partition": item.partition, "seq": item.seq},
                     )
                     status = GAP
                 else:
@@ -376,8 +390,16 @@ class Runtime(Generic[S]):
                     self.cache.pop(sid, None)
                 elif status == BLOCKED:
                     self._count("blocked")
-                    if sid in self.cache:
-                        self.cache[sid].blocked = True
+                    entry = self.cache.get(sid)
+                    if entry is not None and not entry.blocked:  # news to this process: say so once
+                        entry.blocked = True
+                        log.info(
+                            "projector %s: session %s is blocked; seq %d and later are not applied",
+                            self.name,
+                            sid,
+                            item.seq,
+                            extra={"session": sid, "partition": item.partition, "seq": item.seq},
+                        )
                 else:
                     self._count("gap")
                     self.cache.pop(sid, None)
@@ -406,7 +428,20 @@ class Runtime(Generic[S]):
         self.dlq.send(poison.key, value, error, source, headers)
         self._count("poison")
         metrics.DLQ.labels(self.name, error.code).inc()
-        log.warning("projector %s: %s → DLQ: [%s] %s", self.name, source, error.code, error.message)
+        context: dict[str, Any] = {"partition": poison.partition, "code": error.code}
+        if poison.session_id is not None:
+            context["session"] = poison.session_id
+        if seq >= 0:
+            context["seq"] = seq
+        log.warning(
+            "projector %s: %s → DLQ%s: [%s] %s",
+            self.name,
+            source,
+            "" if poison.session_id is None else f", session {poison.session_id} blocked",
+            error.code,
+            error.message,
+            extra=context,
+        )
         if poison.session_id is not None:
             block = self._block_commands(poison, seq)
             commands += block
@@ -436,6 +471,14 @@ class Runtime(Generic[S]):
     def rebuild(self, sessions: dict[int, set[str]], cause: str) -> None:
         """Replace each session's keys with a projection of its whole log, atomically."""
         for partition, sids in sessions.items():
+            for sid in sorted(sids):
+                log.info(
+                    "projector %s: rebuilding session %s from the topic (%s)",
+                    self.name,
+                    sid,
+                    cause,
+                    extra={"session": sid, "partition": partition, "cause": cause},
+                )
             self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
 
     def rebuild_logs(
@@ -470,6 +513,7 @@ class Runtime(Generic[S]):
         for item in items:
             if isinstance(item, Poison):
                 block = self._block_commands(item, -1)
+                self._log_blocked_in_rebuild(sid, item.partition, item.error)
                 break
             applied = self.projection.applied(state)
             if item.seq <= applied:
@@ -483,6 +527,7 @@ class Runtime(Generic[S]):
             except SessionError as exc:
                 poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
                 block = self._block_commands(poison, item.seq)
+                self._log_blocked_in_rebuild(sid, item.partition, exc, item.seq)
                 break
             image.apply(item.seq, ops)
         # The blocked set indexes the meta hashes (the truth, which the apply script reads)
@@ -498,6 +543,22 @@ class Runtime(Generic[S]):
             *block[1:],  # SADD to the blocked set
         ]
         return commands, state, bool(block)
+
+    def _log_blocked_in_rebuild(
+        self, sid: str, partition: int, error: SessionError, seq: int = -1
+    ) -> None:
+        context: dict[str, Any] = {"session": sid, "partition": partition, "code": error.code}
+        if seq >= 0:
+            context["seq"] = seq
+        log.warning(
+            "projector %s: rebuilding session %s: its log cannot be applied, session blocked: "
+            "[%s] %s",
+            self.name,
+            sid,
+            error.code,
+            error.message,
+            extra=context,
+        )
 
 
 @contextlib.contextmanager
