@@ -48,6 +48,7 @@ from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ClusterError,
     MovedError,
     NoScriptError,
     RedisClusterException,
@@ -90,6 +91,19 @@ def batch_io(client: RedisClient) -> BatchIO:
 
 def execute(io: BatchIO, commands: Sequence[Command]) -> list[Any]:
     return io.submit(commands).result()
+
+
+def pipelined(client: RedisClient, commands: Sequence[Command]) -> list[Any]:
+    """Commands through redis-py's own pipeline, for its reply parsing (HGETALL → dict, …):
+    reads on a cache miss. On a cluster it routes and follows redirections itself; when it gives
+    up (a failover or resharding under way) that is :class:`BatchNotApplied`, as in the seam."""
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    try:
+        return pipe.execute()
+    except (ClusterError, RedisClusterException) as exc:
+        raise BatchNotApplied(f"Redis Cluster: {exc}") from exc
 
 
 def execute_checked(io: BatchIO, commands: Sequence[Command]) -> None:

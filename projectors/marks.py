@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import AskError
 
 from projectors.batch_io import RedisClient
 from projectors.keys import Keys
@@ -41,12 +42,16 @@ class Marks:
         """False when a node lost the sentinel: it was flushed or restarted empty. The sentinel
         is set again there, so one loss is reported once."""
         lost = False
-        for client, suffix, known in self._sentinels():
-            key = self.sentinel + suffix
-            if known and client.set(key, "1", ex=600, xx=True):
-                continue
-            client.set(key, "1", ex=600)
-            lost = lost or known
+        try:
+            for client, suffix, known in self._sentinels():
+                key = self.sentinel + suffix
+                if known and client.set(key, "1", ex=600, xx=True):
+                    continue
+                client.set(key, "1", ex=600)
+                lost = lost or known
+        except AskError:  # MOVED or ASK: the slot map is stale, or a slot is migrating
+            self._refresh()
+            return not lost  # what this round saw; the rest is checked next round
         return not lost
 
     def unmarked(self, partitions: Sequence[int]) -> set[int]:
@@ -65,6 +70,10 @@ class Marks:
                 client.hset(self.initialized + suffix, mapping=dict.fromkeys(fields, self.instance))
 
     # --- where ---------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        if isinstance(self.client, RedisCluster):
+            self.client.nodes_manager.initialize()
 
     def _sentinels(self) -> list[tuple[redis.Redis, str, bool]]:
         """(node, key suffix, whether this process set the sentinel there before)."""

@@ -33,7 +33,7 @@ from confluent_kafka import (
 from deploy.config import KafkaSettings
 from dsh.errors import SessionError
 from projectors import metrics
-from projectors.batch_io import RedisClient, batch_io, execute, execute_checked
+from projectors.batch_io import RedisClient, batch_io, execute, execute_checked, pipelined
 from projectors.dlq import DeadLetters
 from projectors.errors import PoisonRecordError
 from projectors.fold import Image
@@ -288,13 +288,10 @@ class Runtime(Generic[S]):
             self.cache.move_to_end(sid)
         if not missing:
             return
-        pipe = self.redis.pipeline(transaction=False)
         reads = [self.projection.load_reads(sid) for sid in missing]
-        for session_reads in reads:
-            for command in session_reads:
-                _queue(pipe, command)
-        _queue(pipe, ("SMISMEMBER", self.keys.blocked(self.name), *missing))
-        replies = pipe.execute()
+        commands = [c for session_reads in reads for c in session_reads]
+        commands.append(("SMISMEMBER", self.keys.blocked(self.name), *missing))
+        replies = pipelined(self.redis, commands)
         blocked = replies[-1]
         at = 0
         for sid, session_reads, is_blocked in zip(missing, reads, blocked, strict=True):
@@ -573,7 +570,3 @@ def young_gc_threshold(threshold: int) -> Iterator[None]:
     finally:
         if threshold > 0 and gc.get_threshold()[0] == threshold:
             gc.set_threshold(*old)
-
-
-def _queue(pipe: Any, command: tuple[Any, ...]) -> None:
-    pipe.execute_command(*command)

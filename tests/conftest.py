@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -101,6 +101,7 @@ def redis_client(servers: Servers) -> Iterator[redis.Redis]:
 class ClusterServers:
     url: str  # a seed node, for DSH_REDIS_URL with DSH_REDIS_CLUSTER=true
     ports: tuple[int, ...]
+    local: Any  # the deploy.local.redis_cluster.LocalRedisCluster: stop or start a node
 
 
 @pytest.fixture(scope="session")
@@ -113,7 +114,7 @@ def redis_cluster_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     cluster = LocalRedisCluster(tmp_path_factory.mktemp("redis-cluster"), ports[:3], ports[3:])
     try:
         cluster.start()
-        yield ClusterServers(cluster.url, tuple(ports[:3]))
+        yield ClusterServers(cluster.url, tuple(ports[:3]), cluster)
     finally:
         cluster.stop()
 

@@ -248,3 +248,40 @@ def test_a_session_slot_moved_under_running_projectors(
     for name, s in stats.items():
         assert s.get("rebuilt", 0) == 0 and s.get("redis_lost", 0) == 0, (name, s)
     _verify_all(redis_cluster, topics, last)
+
+
+def test_a_primary_down_then_back_empty_fails_batches_then_rebuilds(
+    topics: KafkaSettings,
+    redis_cluster: redis.RedisCluster,
+    redis_cluster_servers: ClusterServers,
+) -> None:
+    sessions = [simple_session(f"rc-crash-{i}", turns=4) for i in range(8)]
+    events = {s.id: events_of(s) for s in sessions}
+    half = {sid: len(evs) // 2 for sid, evs in events.items()}
+    owner = {s.id: _owner_port(redis_cluster_servers, _session_slot(s.id)) for s in sessions}
+    victim_port = max(set(owner.values()), key=list(owner.values()).count)
+    (victim,) = [n for n in redis_cluster_servers.local.nodes if n.port == victim_port]
+    publish(topics, [e for sid, evs in events.items() for e in evs[: half[sid]]])
+    with projectors_running(topics, redis_cluster_servers.url, cluster=True) as runtimes:
+        first = {sid: h - 1 for sid, h in half.items()}
+        wait_until(lambda: _caught_up(redis_cluster, first), what="the first halves")
+        # A primary dies (no replica takes over); batches fail whole and are not committed.
+        victim.stop()
+        # One session of that primary gets no more events: only the sentinels can tell that
+        # it must be rebuilt; the others hit a gap too.
+        idle = next(sid for sid in events if owner[sid] == victim_port)
+        publish(topics, [e for sid, evs in events.items() if sid != idle for e in evs[half[sid] :]])
+        wait_until(lambda: any(rt.io.stale for rt in runtimes.values()), what="a batch to fail")
+        # It comes back empty, with its slots: the sentinels notice, the partitions replay.
+        victim.start()
+        redis_cluster_servers.local.wait_ready()
+        last = {sid: len(evs) - 1 for sid, evs in events.items()}
+        last[idle] = half[idle] - 1
+        wait_until(lambda: _caught_up(redis_cluster, last), timeout_s=90, what="the rebuild")
+        lost = {name: rt.stats["redis_lost"] for name, rt in runtimes.items()}
+    assert all(n >= 1 for n in lost.values()), lost
+    for sid, want in last.items():
+        for projection in PROJECTIONS:
+            applies = redis_cluster.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
+            assert int(applies or 0) == want + 1, (sid, projection, owner[sid] == victim_port)
+    _verify_all(redis_cluster, topics, last)
