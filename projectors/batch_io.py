@@ -153,7 +153,7 @@ class _StandalonePending:
             return self.replies
         flight, self.flight = self.flight, None
         if flight is None:
-            raise RuntimeError("the batch was cancelled")
+            raise BatchNotApplied("the batch was cancelled, or its result already failed")
         replies = flight.read()
         if any(type(r) is NoScriptError for r in replies):
             replies = self._with_scripts(replies)
@@ -279,7 +279,7 @@ def _first_key(command: Command) -> Any:
 
 # --- Redis Cluster ----------------------------------------------------------------------------
 
-_ATTEMPTS = 8  # rounds of redirections and TRYAGAIN one result() follows before giving up
+_ATTEMPTS = 8  # rounds of re-sending (redirections, TRYAGAIN) one result() does before giving up
 _BACKOFF_S = 0.05
 
 
@@ -343,6 +343,7 @@ class _ClusterPending:
         self.failures: list[BaseException] = []
         self.slots: dict[Any, int] = {}
         self.done = False
+        self.error: BaseException | None = None  # raised again by a second result()
         self._send(range(len(self.units)), {})
 
     def _send(self, unit_ids: Sequence[int], asking: dict[int, ClusterNode]) -> None:
@@ -393,9 +394,20 @@ class _ClusterPending:
         return again
 
     def result(self) -> list[Any]:
+        if self.error is not None:
+            raise self.error
         if self.done:
             return self.replies
-        for attempt in range(_ATTEMPTS):
+        try:
+            return self._result()
+        except BaseException as exc:
+            self.cancel()
+            self.error = exc
+            raise
+
+    def _result(self) -> list[Any]:
+        attempt = 0
+        while True:
             again = self._collect()
             if self.failures:
                 self.io.stale = True
@@ -404,9 +416,11 @@ class _ClusterPending:
             if not again:
                 self.done = True
                 return self.replies
+            if attempt == _ATTEMPTS:
+                break
             asking = self._follow(again, attempt)
             self._send(sorted(again), asking)
-        self.cancel()
+            attempt += 1
         self.io.stale = True
         reasons = sorted({type(reason).__name__ for _, reason in again.values()})
         raise BatchNotApplied(

@@ -5,6 +5,9 @@ to another primary under running projectors are all survived."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -20,12 +23,16 @@ from projectors.topic_reader import read_session
 from projectors.verify import verify
 from tests.conftest import ClusterServers
 from tests.integration.projector_support import (
+    CLOCK_MS,
     events_of,
     interleave,
+    projector_env,
     projectors_running,
     publish,
     scripted_session,
     simple_session,
+    text,
+    user,
     wait_until,
 )
 
@@ -285,3 +292,41 @@ def test_a_primary_down_then_back_empty_fails_batches_then_rebuilds(
             applies = redis_cluster.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
             assert int(applies or 0) == want + 1, (sid, projection, owner[sid] == victim_port)
     _verify_all(redis_cluster, topics, last)
+
+
+def test_dsh_replay_and_verify_on_a_cluster_with_a_blocked_session(
+    topics: KafkaSettings,
+    redis_cluster: redis.RedisCluster,
+    redis_cluster_servers: ClusterServers,
+) -> None:
+    good = [scripted_session(f"rc-replay-{i}").session for i in range(4)]
+    bad = simple_session("rc-replay-bad", turns=2)
+    refused = {
+        "type": "user/message",
+        "seq": 3,
+        "time": CLOCK_MS,
+        "data": user("x", text("rewrite history")),
+        "surfaceOp": {"op": "replace", "startSeq": 0, "endSeq": 2},  # 0 is not a surface node
+        "sourceEventSeqs": [0, 1, 2],
+    }
+    publish(topics, [*interleave(*good), *events_of(bad)[:3], (bad.id, refused)])
+    env = projector_env(topics, redis_cluster_servers.url, DSH_REDIS_CLUSTER="true")
+
+    def dsh_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "dsh.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    done = dsh_cli("replay")
+    assert done.returncode == 0, done.stderr
+    # Each session rebuilt in a MULTI on its own primary; the blocked set (another slot)
+    # updated around it.
+    assert redis_cluster.smembers("dsh:blocked:surface") == {bad.id.encode()}
+    for session in [*good, bad]:
+        checked = dsh_cli("verify", session.id, "--json")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert json.loads(checked.stdout)["ok"] is True
