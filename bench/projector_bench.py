@@ -119,7 +119,8 @@ def publish(kafka: KafkaSettings, records: list[tuple[str, bytes]], per_txn: int
         producer.commit_transaction(60)
 
 
-def delete_prefix(client: redis.Redis, prefix: str) -> None:
+def delete_prefix(client: redis.Redis | redis.RedisCluster, prefix: str) -> None:
+    # One Redis (the bench does not run on a cluster: UNLINK of many slots would be refused).
     batch = []
     for key in client.scan_iter(match=f"{prefix}:*", count=5000):
         batch.append(key)

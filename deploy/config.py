@@ -90,17 +90,21 @@ class KafkaSettings(StrictSettings):
 
 
 class RedisSettings(StrictSettings):
-    """How services reach Redis (``DSH_REDIS_*``)."""
+    """How services reach Redis (``DSH_REDIS_*``): one server, or a Redis Cluster when
+    ``cluster`` is true (then ``url`` names any one node of it, database 0; the client learns
+    the others and the slot map from it)."""
 
     model_config = SettingsConfigDict(env_prefix="DSH_REDIS_", extra="forbid", frozen=True)
 
     url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
+    cluster: bool = False
     username: str | None = None
     password: SecretStr | None = None
     ssl_ca_certs: str | None = None
 
     def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``redis.Redis.from_url(url, **kwargs)``."""
+        """Keyword arguments for ``redis.Redis.from_url(url, **kwargs)`` (and for
+        ``redis.RedisCluster.from_url``)."""
         kwargs: dict[str, Any] = {}
         if self.username is not None:
             kwargs["username"] = self.username

@@ -37,6 +37,19 @@ class Pending:
         self._replies: list[Any] | None = None if n else []
         self._error: BaseException | None = None
 
+    @classmethod
+    def finished(cls, replies: list[Any]) -> Pending:
+        """A pending whose replies are already read."""
+        pending = cls(None, 0)
+        pending._replies = replies
+        return pending
+
+    def cancel(self) -> None:
+        """Give up on the replies: the link's connection is dropped (it would be out of step),
+        failing every batch still unread on it."""
+        if not self.done and self._link is not None:
+            self._link.reset()
+
     @property
     def done(self) -> bool:
         return self._replies is not None or self._error is not None
@@ -117,7 +130,7 @@ class RedisLink:
         conn = self._conn
         parser = getattr(conn, "_parser", None)
         if type(parser) is _HiredisParser and parser._reader is not None:
-            return _read_replies(parser, n)
+            return read_replies(parser, n)
         results: list[Any] = []
         for _ in range(n):
             try:
@@ -127,7 +140,7 @@ class RedisLink:
         return results
 
 
-def _read_replies(parser: Any, n: int) -> list[Any]:
+def read_replies(parser: Any, n: int) -> list[Any]:
     """``n`` replies straight from redis-py's hiredis reader: what ``Connection.read_response``
     does per reply, without its per-call layers (a few µs an event). Error replies come back as
     the same ResponseError instances (hiredis builds them with redis-py's ``parse_error``);

@@ -93,7 +93,7 @@ class AuditView:
 
 @dataclass
 class Reader:
-    client: redis.Redis
+    client: redis.Redis | redis.RedisCluster  # a session's keys share a slot: MULTI works on both
     keys: Keys = field(default_factory=Keys)
 
     def surface(self, session_id: str) -> SurfaceView:

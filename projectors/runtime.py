@@ -35,10 +35,12 @@ from deploy.config import KafkaSettings
 from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from dsh.errors import SessionError
 from projectors import metrics
+from projectors.batch_io import Pending, RedisClient, batch_io, pipelined
 from projectors.dlq import DeadLetters
 from projectors.errors import PoisonRecordError
 from projectors.fold import Image
-from projectors.link import Pending, RedisLink, raise_errors
+from projectors.link import raise_errors
+from projectors.marks import Marks
 from projectors.projection import Projection, dumps
 from projectors.records import Poison, Record, decode, encode
 from projectors.scripts import APPLY, BLOCK, load_all
@@ -82,7 +84,7 @@ class Runtime(Generic[S]):
         self,
         projection: Projection[S],
         kafka: KafkaSettings,
-        client: redis.Redis,
+        client: RedisClient,
         settings: ProjectorSettings,
     ) -> None:
         self.projection = projection
@@ -96,18 +98,19 @@ class Runtime(Generic[S]):
         self.cache: OrderedDict[str, Entry[S]] = OrderedDict()
         self.stats: Counter[str] = Counter()
         self.dlq = DeadLetters(kafka, self.name)
-        self.link = RedisLink(client)
+        self.link = batch_io(client)  # one Redis, or batches split by slot over a cluster
         self._consumer: Consumer | None = None
         self._inflight: Batch | None = None  # submitted to Redis, not settled yet
         self._published: Counter[str] = Counter()  # stats already counted in Prometheus
         self._next_check = 0.0
         self._replay_pending = False
+        self.marks = Marks(client, self.keys, self.name, self.instance)
         load_all(client)
 
     def reconnected(self) -> None:
         """In a forked process: Redis through connections of its own (redis-py's pool resets
         itself in a new process; the link's connection is the parent's)."""
-        self.link = RedisLink(self.redis)
+        self.link = batch_io(self.redis)
         self.cache.clear()
 
     # --- the loop ------------------------------------------------------------------------
@@ -129,7 +132,7 @@ class Runtime(Generic[S]):
         consumer = Consumer(config)
         self._consumer = consumer
         consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-        self.redis.set(self.keys.sentinel(self.name, self.instance), "1", ex=600)
+        self.marks.touch()
         try:
             with young_gc_threshold(self.settings.gc_threshold):
                 while not stop.is_set():
@@ -223,18 +226,19 @@ class Runtime(Generic[S]):
         self._settle_before_rebalance(consumer)
         self.cache.clear()
         try:
-            fields = [str(tp.partition) for tp in partitions]
-            done = self.redis.hmget(self._initialized_key(), fields)
-            fresh = [tp for tp, mark in zip(partitions, done, strict=True) if mark is None]
+            unmarked = self.marks.unmarked([tp.partition for tp in partitions])
+            fresh = [tp for tp in partitions if tp.partition in unmarked]
             if fresh:
                 # Redis holds nothing of these partitions (new, or lost while no process of
                 # this projection ran): their committed offsets say nothing about Redis.
-                log.info(
-                    "projector %s: replaying partitions %s from the start",
-                    self.name,
-                    [tp.partition for tp in fresh],
-                )
                 for tp in fresh:
+                    log.info(
+                        "projector %s: Redis holds nothing of partition %d: replaying it from "
+                        "the start",
+                        self.name,
+                        tp.partition,
+                        extra={"partition": tp.partition},
+                    )
                     tp.offset = OFFSET_BEGINNING
                 self._mark_initialized([tp.partition for tp in fresh])
         except redis.RedisError as exc:
@@ -244,10 +248,7 @@ class Runtime(Generic[S]):
         consumer.assign(partitions)
 
     def _mark_initialized(self, partitions: list[int]) -> None:
-        if partitions:
-            self.redis.hset(
-                self._initialized_key(), mapping=dict.fromkeys(map(str, partitions), self.instance)
-            )
+        self.marks.mark(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._settle_before_rebalance(consumer)
@@ -263,9 +264,6 @@ class Runtime(Generic[S]):
             log.warning("projector %s: batch in flight at a rebalance: %s", self.name, exc)
             self._inflight = None
             self.link.reset()
-
-    def _initialized_key(self) -> str:
-        return f"{self.keys.prefix}:projection:{self.name}:initialized"
 
     def _housekeeping_due(self) -> bool:
         return self._replay_pending or time.monotonic() >= self._next_check
@@ -288,11 +286,10 @@ class Runtime(Generic[S]):
         self._report_gauges(consumer)
 
     def _sentinel_alive(self) -> bool:
-        """False when Redis lost our sentinel: it was flushed, or restarted empty."""
-        key = self.keys.sentinel(self.name, self.instance)
-        if self.redis.set(key, "1", ex=600, xx=True):
+        """False when Redis (any primary of a cluster) lost our sentinel: it was flushed, or
+        restarted empty."""
+        if self.marks.alive():
             return True
-        self.redis.set(key, "1", ex=600)
         log.warning("projector %s: Redis lost its data; replaying the topic", self.name)
         self.stats["redis_lost"] += 1
         return False
@@ -306,6 +303,13 @@ class Runtime(Generic[S]):
         except Exception as exc:  # not fetching yet: try again on the next round
             log.info("projector %s: seek postponed: %s", self.name, exc)
             return False
+        for tp in assignment:
+            log.info(
+                "projector %s: replaying partition %d from the start",
+                self.name,
+                tp.partition,
+                extra={"partition": tp.partition},
+            )
         self._mark_initialized([tp.partition for tp in assignment])
         metrics.REBUILDS.labels(self.name, "redis-lost").inc()
         return True
@@ -376,13 +380,10 @@ class Runtime(Generic[S]):
             # A session of the batch in flight was dropped from the cache (Redis refused one
             # of its events, or it was evicted): read its state only after Redis ran that batch.
             inflight.pending.result()
-        pipe = self.redis.pipeline(transaction=False)
         reads = [self.projection.load_reads(sid) for sid in missing]
-        for session_reads in reads:
-            for command in session_reads:
-                _queue(pipe, command)
-        _queue(pipe, ("SMISMEMBER", self.keys.blocked(self.name), *missing))
-        replies = pipe.execute()
+        commands = [c for session_reads in reads for c in session_reads]
+        commands.append(("SMISMEMBER", self.keys.blocked(self.name), *missing))
+        replies = pipelined(self.redis, commands)
         blocked = replies[-1]
         at = 0
         for sid, session_reads, is_blocked in zip(missing, reads, blocked, strict=True):
@@ -454,7 +455,12 @@ class Runtime(Generic[S]):
                 sid = item.session_id
                 if isinstance(result, Exception):
                     log.warning(
-                        "projector %s: session %s seq %d: %s", self.name, sid, item.seq, result
+                        "projector %s: session %s seq %d: %s",
+                        self.name,
+                        sid,
+                        item.seq,
+                        result,
+                        extra={"session": sid, "partition": item.partition, "seq": item.seq},
                     )
                     status = GAP
                 else:
@@ -467,8 +473,16 @@ class Runtime(Generic[S]):
                     self.cache.pop(sid, None)
                 elif status == BLOCKED:
                     self._count("blocked")
-                    if sid in self.cache:
-                        self.cache[sid].blocked = True
+                    entry = self.cache.get(sid)
+                    if entry is not None and not entry.blocked:  # news to this process: say so once
+                        entry.blocked = True
+                        log.info(
+                            "projector %s: session %s is blocked; seq %d and later are not applied",
+                            self.name,
+                            sid,
+                            item.seq,
+                            extra={"session": sid, "partition": item.partition, "seq": item.seq},
+                        )
                 else:
                     self._count("gap")
                     self.cache.pop(sid, None)
@@ -497,7 +511,20 @@ class Runtime(Generic[S]):
         self.dlq.send(poison.key, value, error, source, headers)
         self._count("poison")
         metrics.DLQ.labels(self.name, error.code).inc()
-        log.warning("projector %s: %s → DLQ: [%s] %s", self.name, source, error.code, error.message)
+        context: dict[str, Any] = {"partition": poison.partition, "code": error.code}
+        if poison.session_id is not None:
+            context["session"] = poison.session_id
+        if seq >= 0:
+            context["seq"] = seq
+        log.warning(
+            "projector %s: %s → DLQ%s: [%s] %s",
+            self.name,
+            source,
+            "" if poison.session_id is None else f", session {poison.session_id} blocked",
+            error.code,
+            error.message,
+            extra=context,
+        )
         if poison.session_id is not None:
             block = self._block_commands(poison, seq)
             commands += block
@@ -527,6 +554,14 @@ class Runtime(Generic[S]):
     def rebuild(self, sessions: dict[int, set[str]], cause: str) -> None:
         """Replace each session's keys with a projection of its whole log, atomically."""
         for partition, sids in sessions.items():
+            for sid in sorted(sids):
+                log.info(
+                    "projector %s: rebuilding session %s from the topic (%s)",
+                    self.name,
+                    sid,
+                    cause,
+                    extra={"session": sid, "partition": partition, "cause": cause},
+                )
             self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
 
     def rebuild_logs(
@@ -540,7 +575,7 @@ class Runtime(Generic[S]):
         applied = 0
         for sid, items in logs.items():
             commands, state, blocked = self._rebuild_commands(sid, items)
-            batch += (("MULTI",), *commands, ("EXEC",))
+            batch += commands
             applied += self.projection.applied(state) + 1
             self.cache[sid] = Entry(state, blocked)
             metrics.REBUILDS.labels(self.name, cause).inc()
@@ -561,6 +596,7 @@ class Runtime(Generic[S]):
         for item in items:
             if isinstance(item, Poison):
                 block = self._block_commands(item, -1)
+                self._log_blocked_in_rebuild(sid, item.partition, item.error)
                 break
             applied = self.projection.applied(state)
             if item.seq <= applied:
@@ -574,16 +610,35 @@ class Runtime(Generic[S]):
             except SessionError as exc:
                 poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
                 block = self._block_commands(poison, item.seq)
+                self._log_blocked_in_rebuild(sid, item.partition, exc, item.seq)
                 break
             image.apply(item.seq, ops)
+        # The blocked set indexes the meta hashes (the truth, which the apply script reads)
+        # and lives in a slot of its own on a cluster, so it stays out of the session's MULTI:
+        # the session leaves it before, and joins it after, its keys are rewritten.
         commands: list[tuple[Any, ...]] = [
-            ("DEL", *image.keys),
             ("SREM", self.keys.blocked(self.name), sid),
+            ("MULTI",),
+            ("DEL", *image.keys),
             *image.commands(),
-            *block,
+            *block[:1],  # the BLOCK script call
+            ("EXEC",),
+            *block[1:],  # SADD to the blocked set
         ]
         return commands, state, bool(block)
 
-
-def _queue(pipe: Any, command: tuple[Any, ...]) -> None:
-    pipe.execute_command(*command)
+    def _log_blocked_in_rebuild(
+        self, sid: str, partition: int, error: SessionError, seq: int = -1
+    ) -> None:
+        context: dict[str, Any] = {"session": sid, "partition": partition, "code": error.code}
+        if seq >= 0:
+            context["seq"] = seq
+        log.warning(
+            "projector %s: rebuilding session %s: its log cannot be applied, session blocked: "
+            "[%s] %s",
+            self.name,
+            sid,
+            error.code,
+            error.message,
+            extra=context,
+        )

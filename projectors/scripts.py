@@ -1,6 +1,6 @@
-"""The Lua scripts, loaded once per Redis and called by SHA; a Redis that lost them (restart,
-SCRIPT FLUSH) gets them again and the batch is re-sent, which is safe because applying is
-idempotent."""
+"""The Lua scripts, loaded once per Redis (on every primary of a cluster) and called by SHA; a
+Redis that lost them (restart, SCRIPT FLUSH, a promoted replica) gets them again and what it
+refused is re-sent (``projectors.batch_io``), which is safe because applying is idempotent."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from redis.cluster import RedisCluster
 
 
 @dataclass(frozen=True)
@@ -21,8 +22,8 @@ class Script:
         # Computed once: every applied event names its script by this SHA.
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
-    def load(self, client: redis.Redis) -> None:
-        client.script_load(self.source)
+    def load(self, client: redis.Redis | RedisCluster) -> None:
+        client.script_load(self.source)  # a cluster client loads it on every primary
 
 
 def _read(name: str) -> Script:
@@ -34,6 +35,6 @@ BLOCK = _read("block.lua")
 ALL = (APPLY, BLOCK)
 
 
-def load_all(client: redis.Redis) -> None:
+def load_all(client: redis.Redis | RedisCluster) -> None:
     for script in ALL:
         script.load(client)

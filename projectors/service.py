@@ -14,6 +14,7 @@ from deploy.config import KafkaSettings, RedisSettings
 from deploy.interpreters import parse_interpreters as parse
 from projectors import metrics
 from projectors.audit import AuditProjection
+from projectors.batch_io import RedisClient
 from projectors.errors import ProjectorError
 from projectors.keys import Keys
 from projectors.projection import Projection
@@ -29,8 +30,13 @@ from projectors.verify import Report, verify
 PROJECTIONS = ("surface", "transcript", "audit")
 
 
-def redis_client(settings: RedisSettings) -> redis.Redis:
-    return redis.Redis.from_url(settings.url.get_secret_value(), **settings.client_kwargs())
+def redis_client(settings: RedisSettings) -> RedisClient:
+    """One Redis, or a Redis Cluster (``DSH_REDIS_CLUSTER``): redis-py's ``RedisCluster`` reads
+    the slot map from the seed node of the URL and keeps a connection pool per node."""
+    url, kwargs = settings.url.get_secret_value(), settings.client_kwargs()
+    if settings.cluster:
+        return redis.RedisCluster.from_url(url, **kwargs)
+    return redis.Redis.from_url(url, **kwargs)
 
 
 def build_projection(name: str, settings: ProjectorSettings) -> Projection[Any]:

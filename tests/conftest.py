@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -94,4 +94,39 @@ def redis_client(servers: Servers) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.flushdb()
+        client.close()
+
+
+@dataclass(frozen=True)
+class ClusterServers:
+    url: str  # a seed node, for DSH_REDIS_URL with DSH_REDIS_CLUSTER=true
+    ports: tuple[int, ...]
+    local: Any  # the deploy.local.redis_cluster.LocalRedisCluster: stop or start a node
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterServers]:
+    """A Redis Cluster of 3 primaries on free loopback ports, for the tests that ask for it."""
+    from deploy.local.processes import free_ports
+    from deploy.local.redis_cluster import LocalRedisCluster
+
+    ports = free_ports(6)
+    cluster = LocalRedisCluster(tmp_path_factory.mktemp("redis-cluster"), ports[:3], ports[3:])
+    try:
+        cluster.start()
+        yield ClusterServers(cluster.url, tuple(ports[:3]), cluster)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(redis_cluster_servers: ClusterServers) -> Iterator[redis.RedisCluster]:
+    import redis
+
+    client = redis.RedisCluster.from_url(redis_cluster_servers.url)
+    client.flushall()  # every primary
+    try:
+        yield client
+    finally:
+        client.flushall()
         client.close()

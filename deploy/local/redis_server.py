@@ -45,11 +45,14 @@ class RedisServer:
         *,
         persistent: bool = True,
         password: str | None = None,
+        cluster_port: int | None = None,
     ) -> None:
         self.home = home
         self.port = port
         self.persistent = persistent
         self.password = password
+        # A node of a Redis Cluster (see .redis_cluster), its bus on this port.
+        self.cluster_port = cluster_port
         # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
         self.process = ManagedProcess(
             f"redis (port {port})", home / "redis.pid", home / "redis.log", f"127.0.0.1:{port}"
@@ -78,6 +81,13 @@ class RedisServer:
         ]
         if self.password is not None:
             config.append(f"requirepass {self.password}")
+        if self.cluster_port is not None:
+            config += [
+                "cluster-enabled yes",
+                f"cluster-port {self.cluster_port}",
+                f"cluster-config-file {self.home / 'nodes.conf'}",
+                "cluster-node-timeout 2000",
+            ]
         conf = self.home / "redis.conf"
         conf.write_text("\n".join(config) + "\n")
         conf.chmod(0o600)  # may hold the password

@@ -373,6 +373,7 @@ def _demo(args: argparse.Namespace) -> int:
     from producers import SessionClient
     from projectors.keys import Keys
     from projectors.read_api import Reader
+    from projectors.service import redis_client
     from projectors.settings import ProjectorSettings
 
     def say(line: str) -> None:
@@ -382,9 +383,7 @@ def _demo(args: argparse.Namespace) -> int:
     where: dict[str, Any] = {}
     if args.no_up:
         kafka = KafkaSettings()
-        redis_settings = RedisSettings()
-        redis_url = redis_settings.url.get_secret_value()
-        redis_kwargs = redis_settings.client_kwargs()
+        store: redis.Redis | redis.RedisCluster = redis_client(RedisSettings())  # or a cluster
     else:
         from deploy.local.stack import LocalStack
 
@@ -398,7 +397,7 @@ def _demo(args: argparse.Namespace) -> int:
         stack.services.wait_writer_serving(stack.settings.partitions, args.timeout)
         say(f"  ready in {time.monotonic() - started:.1f}s")
         kafka = stack.kafka_settings()
-        redis_url, redis_kwargs = stack.settings.redis_url(), {}
+        store = redis.Redis.from_url(stack.settings.redis_url())
         where = {
             "metrics": {
                 s.name: s.metrics_url() for s in stack.services.all if s.metrics_url() is not None
@@ -410,9 +409,7 @@ def _demo(args: argparse.Namespace) -> int:
             },
         }
     require_kafka(kafka, ("commands", "events", "replies"), args.timeout)
-    reader = Reader(
-        redis.Redis.from_url(redis_url, **redis_kwargs), Keys(ProjectorSettings().key_prefix)
-    )
+    reader = Reader(store, Keys(ProjectorSettings().key_prefix))
     with SessionClient(settings=kafka, timeout=args.timeout) as client:
         run = run_demo(client, reader, timeout_s=args.timeout, progress=say)
     run.where = where

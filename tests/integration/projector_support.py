@@ -260,9 +260,12 @@ def projectors_running(
     kafka: KafkaSettings,
     redis_url: str,
     names: Iterable[str] = ("surface", "transcript", "audit"),
+    *,
+    cluster: bool = False,
     **settings: Any,
 ) -> Iterator[dict[str, Any]]:
-    """The projectors in threads of this process (fast); yields name → Runtime."""
+    """The projectors in threads of this process (fast); yields name → Runtime. ``cluster``:
+    ``redis_url`` is a seed node of a Redis Cluster."""
     from deploy.interpreters import parse_interpreters as parse
     from projectors.service import build_runtime
     from projectors.settings import ProjectorSettings
@@ -278,7 +281,10 @@ def projectors_running(
     stop = threading.Event()
     runtimes = {
         name: build_runtime(
-            name, kafka, RedisSettings(url=SecretStr(redis_url)), projector_settings
+            name,
+            kafka,
+            RedisSettings(url=SecretStr(redis_url), cluster=cluster),
+            projector_settings,
         )
         for name in names
     }

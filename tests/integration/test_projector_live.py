@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from deploy.config import KafkaSettings, RedisSettings
 from projectors.keys import Keys
-from projectors.link import Pending
+from projectors.link import Pending, RedisLink
 from projectors.read_api import Reader, TranscriptEntry
 from projectors.service import build_runtime
 from projectors.settings import ProjectorSettings
@@ -119,14 +119,16 @@ def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wa
         "transcript", topics, RedisSettings(url=SecretStr(servers.redis_url)), settings
     )
     in_flight: list[int] = []  # batches submitted and not read, after each submission
-    submit = runtime.link.submit
+    link = runtime.link
+    assert isinstance(link, RedisLink)  # one Redis: the link that overlaps batches
+    submit = link.submit
 
     def counting_submit(commands: Any) -> Pending:
         pending = submit(commands)
-        in_flight.append(sum(not p.done for p in runtime.link._outstanding))
+        in_flight.append(sum(not p.done for p in link._outstanding))
         return pending
 
-    replies_of: dict[tuple[int, int], Pending] = {}  # (partition, offset) → its batch's replies
+    replies_of: dict[tuple[int, int], Any] = {}  # (partition, offset) → its batch's replies
     start = runtime._start
 
     def recording_start(messages: list[Message]) -> Any:

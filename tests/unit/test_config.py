@@ -64,6 +64,17 @@ def test_redis_password_is_secret_and_passed_to_the_client(
     assert "hunter2" not in repr(settings)
 
 
+def test_redis_cluster_is_chosen_by_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert RedisSettings().cluster is False
+    monkeypatch.setenv("DSH_REDIS_CLUSTER", "true")
+    monkeypatch.setenv("DSH_REDIS_URL", "redis://10.0.0.5:7000/0")
+    settings = RedisSettings()
+    assert settings.cluster is True and settings.client_kwargs() == {}
+    monkeypatch.setenv("DSH_REDIS_CLUSTER", "maybe")
+    with pytest.raises(ValueError):
+        RedisSettings()
+
+
 def test_topics_carry_the_configured_prefix() -> None:
     assert KafkaSettings(topic_prefix="acme.dsh").topic("events") == "acme.dsh.events"
 
