@@ -87,6 +87,23 @@ def phase_means_ms(before: dict[str, float], after: dict[str, float]) -> dict[st
     return out
 
 
+def phase_p99_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per phase, the histogram bucket bound under which 99 % of the transactions between two
+    scrapes fell (an upper bound of their p99)."""
+    out = {}
+    for phase in PHASES:
+        prefix = 'dsh_writer_transaction_phase_seconds_bucket{le="'
+        suffix = f'",phase="{phase}"}}'
+        bounds = sorted(
+            (float(k[len(prefix) : -len(suffix)]), after[k] - before.get(k, 0))
+            for k in after
+            if k.startswith(prefix) and k.endswith(suffix)
+        )
+        total = bounds[-1][1] if bounds else 0
+        out[phase] = next((b * 1000 for b, n in bounds if n >= 0.99 * total), 0.0) if total else 0
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -351,6 +368,7 @@ def main() -> int:
                 after["dsh_writer_batch_commands_sum"] - before_batch
             ) / commits
             results["paced_phase_mean_ms"] = phase_means_ms(before, after)
+            results["paced_phase_p99_bound_ms"] = phase_p99_ms(before, after)
             results["paced_gc"] = gc_pauses(before, after)
     finally:
         writer.terminate()
@@ -388,6 +406,11 @@ def main() -> int:
             + ", ".join(f"{p} {phases[p]:.1f} ms" for p in PHASES)
             + f"; raw one-record transaction with offsets p50 {raw['offsets_p50_ms']:.1f} ms, "
             f"p99 {raw['offsets_p99_ms']:.1f} ms"
+        )
+        bounds = results["paced_phase_p99_bound_ms"]
+        print(
+            "  while paced, p99 of each phase at most: "
+            + ", ".join(f"{p} {bounds[p]:.0f} ms" for p in PHASES)
         )
         print(
             "  writer GC while paced (collections, total ms) by generation: "
