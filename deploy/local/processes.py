@@ -45,6 +45,17 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def free_port_block(width: int, attempts: int = 50) -> int:
+    """A first port P such that P … P + width - 1 are all free right now, for services that
+    number their nodes' ports consecutively (a multi-node Kafka). A port the OS just handed
+    out need not have free neighbours, so each candidate block is checked port by port."""
+    for _ in range(attempts):
+        base = max(free_ports(1)[0], 20000)
+        if base + width <= 65536 and all(port_is_free(base + i) for i in range(width)):
+            return base
+    raise OSError(f"no block of {width} free ports found in {attempts} tries")
+
+
 def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
         return True

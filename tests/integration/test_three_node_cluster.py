@@ -7,14 +7,14 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # the stubs do not re-export it
 
-from deploy.local.processes import free_ports
+from deploy.local.processes import free_port_block, free_ports
 from deploy.local.settings import LocalStackSettings
 from deploy.local.stack import LocalStack
 
 
 def test_three_nodes_replicate_every_topic(tmp_path: Path) -> None:
-    # Nodes use consecutive ports from the first one; pick a base with room after it.
-    base = max(free_ports(1)[0], 20000) // 10 * 10
+    # Nodes use consecutive ports from the first one: listeners base…, controllers base + 5….
+    base = free_port_block(10)
     settings = LocalStackSettings(
         state_dir=tmp_path / "state",
         brokers=3,

@@ -36,15 +36,13 @@ PASSWORDS = {u: SecretStr(f"pw-{secrets.token_hex(12)}") for u in (SERVICE_USER,
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    from deploy.local.processes import free_ports, port_is_free
+    from deploy.local.processes import free_port_block, free_ports
     from deploy.local.sasl import SaslKafkaCluster
     from deploy.local.settings import LocalStackSettings
 
-    # Nodes use consecutive ports from the first one: pick bases with room after them.
-    for _ in range(50):
-        base = max(free_ports(1)[0], 20000) // 20 * 20
-        if all(port_is_free(base + i) for i in range(13)):
-            break
+    # Nodes use consecutive ports from the first one: listeners base…, controllers base + 5…,
+    # SASL listeners base + 10….
+    base = free_port_block(13)
     settings = LocalStackSettings(
         state_dir=tmp_path_factory.mktemp("reliability-stack"),
         brokers=3,
