@@ -20,6 +20,7 @@ from producers.errors import ConflictError, MalformedCommandError, PayloadTooLar
 from producers.rejections import Rejections
 from producers.wire import answered_request, snapshot_value
 from schemas import AppendCommand, default_store, encode_event
+from schemas.codec import HEADER_SIZE
 from schemas.store import SESSION_EVENT
 
 
@@ -31,7 +32,7 @@ def _current_event_header() -> bytes:
 def reusable_value(value: bytes | None) -> bytes | None:
     """A value read from the events topic, if written with the current event schema: only then
     can its bytes go into a snapshot or reply as they are."""
-    return value if value is not None and value[:10] == _current_event_header() else None
+    return value if value is not None and value[:HEADER_SIZE] == _current_event_header() else None
 
 
 def wall_clock_ms() -> int:

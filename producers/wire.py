@@ -15,8 +15,8 @@ from typing import Any
 
 import dsh
 from schemas import APPEND_REPLY, WRITER_SNAPSHOT, default_store
-
-HEADER_SIZE = 10  # marker C3 01 + 8-byte schema fingerprint
+from schemas.avro_io import long_bytes as _long
+from schemas.codec import HEADER_SIZE
 
 
 @cache
@@ -27,16 +27,6 @@ def _reply_header() -> bytes:
 @cache
 def _snapshot_header() -> bytes:
     return default_store().current(WRITER_SNAPSHOT).header
-
-
-def _long(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def _string(s: str) -> bytes:

@@ -25,10 +25,10 @@ from typing import Any
 from dsh.event import SESSION_FORMAT_VERSION
 from schemas.avro_io import long_bytes, read_block_count, read_long, read_str
 from schemas.binary import compile_frozen_reader
+from schemas.codec import HEADER_SIZE
 from schemas.records import AppendCommand, decode_command
 from schemas.store import APPEND_COMMAND, SESSION_EVENT, MessageSchema, default_store
 
-HEADER_SIZE = 10  # marker C3 01 + 8-byte schema fingerprint
 _DRAFT = "dsh.v1.EventDraft"
 _ENVELOPE = (
     ("sessionId", "string"),
