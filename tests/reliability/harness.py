@@ -626,7 +626,9 @@ def run_load(
         counts = history.count_at()
         fault_at = time.monotonic()
         extra = fault(history, counts)
-        wait_for(lambda: recovered(history, counts, load.window), 120, "every session served")
+        # In-process recovery after a broker kill (restores retried while leadership and the
+        # coordinators move) took 46-48 s alone and over 120 s twice under CI load.
+        wait_for(lambda: recovered(history, counts, load.window), 240, "every session served")
         extra.setdefault("recovery_s", recovery_seconds(history, fault_at, counts, load.window))
         time.sleep(load.after_s)
     assert not history.rejected, history.rejected[:3]
