@@ -8,6 +8,7 @@ never serves from a log that may still grow behind its back.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -64,11 +65,22 @@ def high_watermark(probe: Consumer, topic: str, partition: int, timeout_s: float
         try:
             _, high = probe.get_watermark_offsets(TopicPartition(topic, partition), 5.0, False)
             return int(high)
-        except KafkaException:
+        except KafkaException as exc:
             # Leadership moves (a new topic, a broker restart) pass: ask again until the deadline.
             if time.monotonic() > deadline:
                 raise
+            if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                # librdkafka answers this from its metadata cache without asking again, and
+                # a broker that has just restarted can describe the topic with partitions
+                # missing: that answer would stay cached for metadata.max.age.ms (15 min).
+                # Asking for the topic's metadata replaces the cached entry.
+                refresh_metadata(probe, topic)
             time.sleep(0.1)
+
+
+def refresh_metadata(client: Consumer, topic: str) -> None:
+    with contextlib.suppress(KafkaException):  # the caller's own retry reports what is wrong
+        client.list_topics(topic, timeout=5.0)
 
 
 def read_partition(

@@ -258,8 +258,18 @@ class Writer:
                     exc,
                     backoff,
                 )
+                self._renew_readers()
                 time.sleep(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def _renew_readers(self) -> None:
+        """Fresh reader and probe clients: whatever a failed attempt left in theirs (cached
+        metadata of a broker that was restarting, a fetch stuck on a dead leader) goes."""
+        for c in (self._reader, self._probe):
+            if c is not None:
+                c.close()
+        self._reader = reader_consumer(self.kafka)
+        self._probe = reader_consumer(self.kafka, "read_uncommitted")
 
     def _restore_once(
         self, partitions: list[TopicPartition], restored: set[int]
