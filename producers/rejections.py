@@ -13,7 +13,7 @@ overwritten, ``slots`` slots later; a retry after that is validated again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,8 +58,10 @@ class Rejections:
     _ring: dict[int, Slot] = field(default_factory=dict)  # slot index -> committed slot
     _index: dict[Key, int] = field(default_factory=dict)  # -> slot index holding it
     _written: int = 0  # slots committed so far (the next slot's number)
-    _pending: dict[Key, dict[str, Any]] = field(default_factory=dict)  # this transaction's
-    _staged: list[Slot] = field(default_factory=list)  # pending, as produced
+    _pending: dict[Key, dict[str, Any]] = field(default_factory=dict)  # the open transaction's
+    # Staged slots of transactions produced but not yet committed, oldest first (the writer
+    # may produce one transaction while the one before it commits).
+    _staged: list[list[Slot]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self._index)
@@ -67,6 +69,8 @@ class Rejections:
     def get(self, session_id: str, request_id: str) -> SessionError | None:
         key = (session_id, request_id)
         wire = self._pending.get(key)
+        if wire is None:
+            wire = next((s.entries[key] for g in self._staged for s in g if key in s.entries), None)
         if wire is None:
             at = self._index.get(key)
             if at is None:
@@ -79,22 +83,23 @@ class Rejections:
         if self.slots:
             self._pending[(session_id, request_id)] = error.to_wire()
 
-    def stage(self) -> Iterator[tuple[bytes, Slot]]:
-        """The slot records to produce in the open transaction: its rejections, in slots."""
+    def stage(self) -> list[tuple[bytes, Slot]]:
+        """The slot records to produce in the open transaction: its rejections, in slots.
+        Every call stages one transaction, to be followed by one :meth:`committed`."""
         items = list(self._pending.items())
-        self._staged = [
-            Slot(self._written + n, dict(items[i : i + SLOT_ENTRIES]))
+        self._pending = {}
+        first = self._written + sum(len(g) for g in self._staged)
+        staged = [
+            Slot(first + n, dict(items[i : i + SLOT_ENTRIES]))
             for n, i in enumerate(range(0, len(items), SLOT_ENTRIES))
         ]
-        for slot in self._staged:
-            yield slot_key(slot.number, self.slots), slot
+        self._staged.append(staged)
+        return [(slot_key(slot.number, self.slots), slot) for slot in staged]
 
     def committed(self) -> None:
-        """The transaction that carried the staged slots committed: they are the memory now."""
-        for slot in self._staged:
+        """The oldest staged transaction committed: its slots are the memory now."""
+        for slot in self._staged.pop(0) if self._staged else ():
             self._put(slot)
-        self._pending.clear()
-        self._staged = []
 
     def load(self, slots: Iterable[Slot], committed: Mapping[str, Iterable[str]]) -> None:
         """The ring as restored from the snapshots topic (any order, a key's later records

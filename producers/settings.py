@@ -45,6 +45,10 @@ class WriterSettings(StrictSettings):
     # sends whatever waits. Longer spares CPU (fewer broker-thread wake-ups); shorter lets the
     # records travel while the offsets are sent, a round trip less per transaction.
     linger_ms: Annotated[int, Field(ge=0)] = 1
+    # Build and produce each transaction while the one before it commits, on a second
+    # producer (transactional id "<id>-1"): a command then waits for at most one commit
+    # ahead of its own instead of a whole transaction. False: one producer, one at a time.
+    overlap_commits: bool = True
     # Young-generation threshold of the cycle collector while serving (Python's default is
     # 700; 0 keeps it): see deploy/gc_tuning.py.
     gc_threshold: Annotated[int, Field(ge=0)] = 50_000

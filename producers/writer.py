@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from confluent_kafka import (
@@ -85,6 +86,15 @@ _MAX_REPLACEMENTS = 5
 
 
 @dataclass(frozen=True)
+class _Committing:
+    """A transaction whose commit runs on the commit thread while the next one is built."""
+
+    lane: int  # index of its producer
+    done: Future[None]
+    offsets: dict[int, int]
+
+
+@dataclass(frozen=True)
 class Topics:
     commands: str
     events: str
@@ -125,7 +135,15 @@ class Writer:
         self._shared_id = bool(settings.transactional_id)  # another process may start with it
         self._stop = threading.Event()
         self._failpoint = settings.failpoint
+        # The producer of the open transaction; with commit overlap there are two that take
+        # turns (see _process), each with its own transactional id.
         self._producer: Producer | None = None
+        self._producers: list[Producer] = []
+        self._turn = 0
+        self._open: set[int] = set()  # producers with a transaction begun and not ended
+        self._committing: _Committing | None = None
+        self._committer: ThreadPoolExecutor | None = None
+        self._deferred: tuple[KafkaException, int] | None = None  # a failure seen in a callback
         self._consumer: Consumer | None = None
         self._reader: Consumer | None = None
         self._probe: Consumer | None = None
@@ -169,8 +187,13 @@ class Writer:
         self._partition_count = counts[t.commands]
         self._reply_partitions = counts[t.replies]
         s = self.settings
-        self._producer = self._new_producer()
-        self._producer.init_transactions(_KAFKA_TIMEOUT_S)
+        lanes = 2 if s.overlap_commits else 1
+        self._producers = [self._new_producer(i) for i in range(lanes)]
+        for producer in self._producers:
+            producer.init_transactions(_KAFKA_TIMEOUT_S)
+        self._producer = self._producers[0]
+        if lanes > 1:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="dsh-commit")
         self._reader = reader_consumer(self.kafka)
         self._probe = reader_consumer(self.kafka, "read_uncommitted")
         self._consumer = Consumer(
@@ -201,13 +224,16 @@ class Writer:
             self._partition_count,
         )
 
-    def _new_producer(self) -> Producer:
+    def _lane_id(self, lane: int) -> str:
+        return self.transactional_id if lane == 0 else f"{self.transactional_id}-{lane}"
+
+    def _new_producer(self, lane: int) -> Producer:
         s = self.settings
         return Producer(
             {
                 **self.kafka.client_config(),
                 **PRODUCER_PARTITIONER,
-                "transactional.id": self.transactional_id,
+                "transactional.id": self._lane_id(lane),
                 "transaction.timeout.ms": s.transaction_timeout_ms,
                 # librdkafka's default backoff puts a ~100 ms floor under back-to-back
                 # transactions (the coordinator answers CONCURRENT_TRANSACTIONS for a moment).
@@ -219,6 +245,11 @@ class Writer:
         )
 
     def _close(self) -> None:
+        failure = self._settle_quietly()
+        if failure is not None:
+            log.warning("the last transaction did not commit: %s", failure[0])
+        if self._committer is not None:
+            self._committer.shutdown()
         if self._consumer is not None:
             try:
                 self._consumer.close()  # leaves the group now, so a successor needn't wait
@@ -329,6 +360,11 @@ class Writer:
         log.info("partitions assigned %s; owning %s", _ids(partitions), self.owned)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The transaction still committing may hold commands of these partitions: it ends
+        # before they go, so their next owner finds its offsets settled and need not wait.
+        failure = self._settle_quietly()
+        if failure is not None and self._deferred is None:
+            self._deferred = failure  # recovered right after poll returns
         for tp in partitions:
             self.partitions.pop(tp.partition, None)
         metrics.PARTITIONS_OWNED.set(len(self.partitions))
@@ -344,9 +380,15 @@ class Writer:
 
     def _step(self) -> None:
         assert self._consumer is not None
+        committing = self._committing
+        if committing is not None and committing.done.done():
+            self._settle_or_recover()
         first = self._consumer.poll(self.settings.poll_timeout_ms / 1000)
         if self._callback_error is not None:
             raise self._callback_error
+        if self._deferred is not None:
+            (exc, lane), self._deferred = self._deferred, None
+            self._recover(exc, lane)
         if first is None:
             return
         # poll returns as soon as one record is there; drain what is already fetched without
@@ -363,12 +405,19 @@ class Writer:
             self._process(records)
 
     def _process(self, records: list[Message]) -> None:
-        assert self._producer is not None and self._consumer is not None
-        producer = self._producer
+        """One transaction for the batch. With commit overlap it is built on the producer whose
+        turn it is while the previous transaction commits on the other one: it is produced
+        once the previous one's records are acknowledged (so they stay first in every
+        partition), and committed only once the previous one has committed (so it is never
+        visible without it; if that one fails, this one is aborted with it)."""
+        assert self._consumer is not None
+        lane = self._turn
+        producer = self._producer = self._producers[lane]
         offsets: dict[int, int] = {}
         begun = time.monotonic()
         try:
             producer.begin_transaction()
+            self._open.add(lane)
             handled = 0
             for m in records:
                 p = m.partition()
@@ -380,12 +429,14 @@ class Writer:
                 handled += 1
             if not offsets:
                 producer.abort_transaction(_KAFKA_TIMEOUT_S)
+                self._open.discard(lane)
                 return
             for p in offsets:
                 self._stage_rejections(self.partitions[p])
                 self._maybe_checkpoint(self.partitions[p])
             started = time.monotonic()
             metrics.PHASE_VALIDATE.observe(started - begun)
+            metrics.BATCH_COMMANDS.observe(handled)
             group = self._consumer.consumer_group_metadata()
             if unfenced(group):
                 raise KafkaException(
@@ -400,49 +451,105 @@ class Writer:
                 _KAFKA_TIMEOUT_S,
             )
             sent = time.monotonic()
-            self._commit()
-            self._replacements = 0
-            for p in offsets:
-                self.partitions[p].rejections.committed()
-            done = time.monotonic()
-            metrics.PHASE_OFFSETS.observe(sent - started)
-            metrics.PHASE_COMMIT.observe(done - sent)
-            metrics.TXN_COMMIT.observe(done - started)
-            metrics.BATCH_COMMANDS.observe(handled)
-            now_ms = time.time() * 1000
-            for m in records:
-                _, ts = m.timestamp()
-                if ts > 0:
-                    metrics.WRITER_LATENCY.observe(max(0.0, now_ms - ts) / 1000)
+            if self._committer is None:
+                self._commit(producer, records, started, sent)
+                self._committed(_Committing(lane, _done(), offsets))
+                return
+            # Acknowledged records of this transaction (or its doom, which the commit
+            # reports) before the next transaction produces after them.
+            producer.flush(_KAFKA_TIMEOUT_S)
+            self._settle()
+            self._committing = _Committing(
+                lane,
+                self._committer.submit(self._commit, producer, records, started, sent),
+                offsets,
+            )
+            self._turn = (lane + 1) % len(self._producers)
         except KafkaException as exc:
-            self._recover(exc)
+            self._recover(exc, lane)
         except BaseException:
             # Not Kafka's doing: publish nothing of this batch, and let the process fail
             # loudly rather than serve from state the log may lack.
             self._abort_quietly()
             raise
 
-    def _commit(self) -> None:
-        assert self._producer is not None
+    @staticmethod
+    def _commit(producer: Producer, records: list[Message], started: float, sent: float) -> None:
+        """Commits the producer's transaction (retrying what librdkafka says may be retried)
+        and observes its metrics. Runs on the commit thread with overlap."""
         for attempt in range(3):
             try:
-                self._producer.commit_transaction(_KAFKA_TIMEOUT_S)
-                return
+                producer.commit_transaction(_KAFKA_TIMEOUT_S)
+                break
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 if not err.retriable() or attempt == 2:
                     raise
+        done = time.monotonic()
+        metrics.PHASE_OFFSETS.observe(sent - started)
+        metrics.PHASE_COMMIT.observe(done - sent)
+        metrics.TXN_COMMIT.observe(done - started)
+        now_ms = time.time() * 1000
+        for m in records:
+            _, ts = m.timestamp()
+            if ts > 0:
+                metrics.WRITER_LATENCY.observe(max(0.0, now_ms - ts) / 1000)
+
+    def _committed(self, c: _Committing) -> None:
+        """Bookkeeping of a committed transaction, on the main thread."""
+        self._open.discard(c.lane)
+        self._replacements = 0
+        for p in c.offsets:
+            state = self.partitions.get(p)
+            if state is not None:  # else revoked or lost since
+                state.rejections.committed()
+
+    def _settle(self) -> None:
+        """Waits for the transaction committing on the commit thread; raises its failure."""
+        committing, self._committing = self._committing, None
+        if committing is not None:
+            try:
+                committing.done.result()
+            except KafkaException:
+                self._committing = committing  # _recover reads its failure again
+                raise
+            self._committed(committing)
+
+    def _settle_quietly(self) -> tuple[KafkaException, int] | None:
+        """:meth:`_settle` for callbacks and shutdown: a failure is returned, not raised."""
+        committing = self._committing
+        try:
+            self._settle()
+        except KafkaException as exc:
+            assert committing is not None
+            self._committing = None
+            return exc, committing.lane
+        return None
+
+    def _settle_or_recover(self) -> None:
+        committing = self._committing
+        try:
+            self._settle()
+        except KafkaException as exc:
+            assert committing is not None
+            self._recover(exc, committing.lane)
 
     def _abort_quietly(self) -> None:
-        assert self._producer is not None
-        try:
-            self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
-        except KafkaException as exc:
-            log.error("abort failed: %s", exc)
+        self._settle_quietly()
+        for lane in sorted(self._open):
+            try:
+                self._producers[lane].abort_transaction(_KAFKA_TIMEOUT_S)
+                self._open.discard(lane)
+            except KafkaException as exc:
+                log.error("abort failed: %s", exc)
 
-    def _recover(self, exc: KafkaException) -> None:
+    def _recover(self, exc: KafkaException, lane: int) -> None:
         """Abort, then trust nothing in memory: restore every owned partition from the log and
         rewind the commands to the committed offsets.
+
+        ``lane`` is the producer whose transaction was open when ``exc`` was raised; ``exc`` may
+        also be the failure of the transaction committing on the other producer. That one is
+        waited for first: if it committed, the restore reads it back.
 
         A fenced producer (see :func:`fenced`) stops the writer. Any other fatal producer
         error — an abort failing with INVALID_TXN_STATE while a killed broker's transaction
@@ -452,27 +559,27 @@ class Writer:
         so the old one is fenced for good and the restore below reads a settled log. Group
         fencing (KIP-447) is untouched by this: offsets still go with the consumer's group
         generation, so a writer that lost its partitions meanwhile publishes nothing."""
-        assert self._producer is not None and self._consumer is not None
-        err: KafkaError = exc.args[0]
-        metrics.TXN_ABORTS.inc()
-        if fenced(err, shared_id=self._shared_id):
-            log.error("transaction failed: fenced (%s)", err)
-            raise WriterFencedError(f"writer {self.transactional_id}: {err.str()}") from exc
-        if err.fatal():
-            log.warning("transaction failed fatally: %s", err)
-            self._replace_producer(err)
-        else:
-            log.warning("transaction aborted: %s", err)
+        assert self._consumer is not None
+        failures: dict[int, KafkaException] = {}
+        committing, self._committing = self._committing, None
+        if committing is not None:
             try:
-                self._producer.abort_transaction(_KAFKA_TIMEOUT_S)
-            except KafkaException as abort_exc:
-                abort_err: KafkaError = abort_exc.args[0]
-                if fenced(abort_err, shared_id=self._shared_id):
-                    raise WriterFencedError(
-                        f"writer {self.transactional_id}: abort failed: {abort_err.str()}"
-                    ) from abort_exc
-                log.warning("abort failed: %s", abort_err)
-                self._replace_producer(abort_err)
+                committing.done.result()
+            except KafkaException as commit_exc:
+                failures[committing.lane] = commit_exc
+            else:
+                self._committed(committing)  # the restore below reads it back
+        if not any(f is exc for f in failures.values()):
+            failures[lane] = exc
+        metrics.TXN_ABORTS.inc()
+        for failure in failures.values():
+            err: KafkaError = failure.args[0]
+            if fenced(err, shared_id=self._shared_id):
+                log.error("transaction failed: fenced (%s)", err)
+                raise WriterFencedError(f"writer {self.transactional_id}: {err.str()}") from failure
+        for open_lane in sorted(self._open | failures.keys()):
+            lane_failure = failures.get(open_lane)
+            self._end_transaction(open_lane, lane_failure.args[0] if lane_failure else None)
         owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
         self.partitions.clear()
         if not owned:
@@ -496,29 +603,49 @@ class Writer:
                     extra={"partition": tp.partition},
                 )
 
-    def _replace_producer(self, cause: KafkaError) -> None:
-        """A new producer with this writer's transactional id, in place of one that cannot go
+    def _end_transaction(self, lane: int, err: KafkaError | None) -> None:
+        """Ends the lane's failed (``err``) or abandoned transaction: aborted, or the producer
+        replaced when it cannot abort."""
+        if err is not None and err.fatal():
+            log.warning("transaction failed fatally: %s", err)
+            self._replace_producer(lane, err)
+            return
+        if err is not None:
+            log.warning("transaction aborted: %s", err)
+        try:
+            self._producers[lane].abort_transaction(_KAFKA_TIMEOUT_S)
+            self._open.discard(lane)
+        except KafkaException as abort_exc:
+            abort_err: KafkaError = abort_exc.args[0]
+            if fenced(abort_err, shared_id=self._shared_id):
+                raise WriterFencedError(
+                    f"writer {self.transactional_id}: abort failed: {abort_err.str()}"
+                ) from abort_exc
+            log.warning("abort failed: %s", abort_err)
+            self._replace_producer(lane, abort_err)
+
+    def _replace_producer(self, lane: int, cause: KafkaError) -> None:
+        """A new producer with the lane's transactional id, in place of one that cannot go
         on. Partition state is dropped by the caller and restored from the log."""
-        assert self._producer is not None
         self._replacements += 1
         if self._replacements > _MAX_REPLACEMENTS:
             raise WriterFencedError(
                 f"writer {self.transactional_id}: {_MAX_REPLACEMENTS} new producers in a row "
                 f"failed before a transaction committed; last: {cause.str()}"
             )
-        old, self._producer = self._producer, None
+        old = self._producers[lane]
+        self._open.discard(lane)
         try:
             # Nothing of the failed transaction may still go out (the new producer's epoch
             # fences it anyway); a producer in a fatal state may refuse even this.
             old.purge(blocking=False)
         except KafkaException as exc:
             log.info("purging the old producer: %s", exc.args[0])
-        del old
         metrics.PRODUCER_REPLACEMENTS.inc()
         deadline = time.monotonic() + self.settings.max_poll_interval_ms / 2000
         backoff = _BACKOFF_FIRST_S
         while True:
-            producer = self._new_producer()
+            producer = self._new_producer(lane)
             try:
                 producer.init_transactions(_KAFKA_TIMEOUT_S)
             except KafkaException as exc:
@@ -529,7 +656,7 @@ class Writer:
                     or time.monotonic() + backoff > deadline
                 ):
                     raise WriterFencedError(
-                        f"writer {self.transactional_id}: no new producer: {err.str()}"
+                        f"writer {self._lane_id(lane)}: no new producer: {err.str()}"
                     ) from exc
                 log.warning(
                     "a new producer could not start (%s); trying again in %.1fs", err, backoff
@@ -538,10 +665,13 @@ class Writer:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
                 continue
-            self._producer = producer
+            self._producers[lane] = producer
+            if self._producer is old:
+                self._producer = producer
+            del old
             log.warning(
                 "new producer for %s (the old one failed: %s); restoring from the log",
-                self.transactional_id,
+                self._lane_id(lane),
                 cause,
             )
             return
@@ -811,6 +941,12 @@ class Writer:
 
 
 _REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))
+
+
+def _done() -> Future[None]:
+    future: Future[None] = Future()
+    future.set_result(None)
+    return future
 
 
 @functools.lru_cache(maxsize=1024)

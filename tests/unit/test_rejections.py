@@ -67,3 +67,22 @@ def test_a_big_batch_of_rejections_fills_several_slots() -> None:
     assert len(memory) == SLOT_ENTRIES + 1
     slot = Slot.from_state(records[1][1].state())
     assert slot.number == 1 and list(slot.entries) == [("s", f"r{SLOT_ENTRIES}")]
+
+
+def test_a_transaction_staged_while_the_one_before_commits_numbers_its_slots_after_it() -> None:
+    # The writer produces transaction N+1 while N commits: N+1's slots come after N's, a
+    # retry in N+1 already finds N's rejection, and each commit keeps only its own slots.
+    memory = Rejections(slots=8)
+    memory.add("s", "r1", _error(1))
+    [(_, first)] = memory.stage()
+    memory.add("s", "r2", _error(2))
+    assert memory.get("s", "r1") is not None  # staged, not committed yet
+    [(_, second)] = memory.stage()
+    assert (first.number, second.number) == (0, 1)
+    memory.committed()  # N
+    assert len(memory) == 1 and memory.get("s", "r2") is not None
+    memory.committed()  # N+1
+    assert len(memory) == 2
+    memory.add("s", "r3", _error(3))
+    [(key, third)] = memory.stage()
+    assert third.number == 2 and key == slot_key(2, 8)
