@@ -453,7 +453,7 @@ class Writer:
             sent = time.monotonic()
             if self._committer is None:
                 self._commit(producer, records, started, sent)
-                self._committed(_Committing(lane, _done(), offsets))
+                self._committed(lane, offsets)
                 return
             # Acknowledged records of this transaction (or its doom, which the commit
             # reports) before the next transaction produces after them.
@@ -495,11 +495,11 @@ class Writer:
             if ts > 0:
                 metrics.WRITER_LATENCY.observe(max(0.0, now_ms - ts) / 1000)
 
-    def _committed(self, c: _Committing) -> None:
+    def _committed(self, lane: int, offsets: dict[int, int]) -> None:
         """Bookkeeping of a committed transaction, on the main thread."""
-        self._open.discard(c.lane)
+        self._open.discard(lane)
         self._replacements = 0
-        for p in c.offsets:
+        for p in offsets:
             state = self.partitions.get(p)
             if state is not None:  # else revoked or lost since
                 state.rejections.committed()
@@ -513,7 +513,7 @@ class Writer:
             except KafkaException:
                 self._committing = committing  # _recover reads its failure again
                 raise
-            self._committed(committing)
+            self._committed(committing.lane, committing.offsets)
 
     def _settle_quietly(self) -> tuple[KafkaException, int] | None:
         """:meth:`_settle` for callbacks and shutdown: a failure is returned, not raised."""
@@ -567,8 +567,8 @@ class Writer:
                 committing.done.result()
             except KafkaException as commit_exc:
                 failures[committing.lane] = commit_exc
-            else:
-                self._committed(committing)  # the restore below reads it back
+            else:  # committed: the restore below reads it back
+                self._committed(committing.lane, committing.offsets)
         if not any(f is exc for f in failures.values()):
             failures[lane] = exc
         metrics.TXN_ABORTS.inc()
@@ -941,12 +941,6 @@ class Writer:
 
 
 _REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))
-
-
-def _done() -> Future[None]:
-    future: Future[None] = Future()
-    future.set_result(None)
-    return future
 
 
 @functools.lru_cache(maxsize=1024)
