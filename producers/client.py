@@ -34,7 +34,7 @@ from pydantic import SecretStr
 import dsh
 from deploy.config import KafkaSettings
 from deploy.kafka_errors import KafkaAuthenticationError
-from deploy.topics import PRODUCER_PARTITIONER, partition_for
+from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for
 from dsh.errors import SessionError
 from producers import metrics
 from producers.errors import AppendTimeoutError, PayloadTooLargeError, WriterUnavailableError
@@ -134,7 +134,7 @@ class SessionClient:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 5,
+                **TAIL_FETCH_WAIT,
             }
         )
         tp = TopicPartition(replies, partition_for(self.client_id, counts[replies]))

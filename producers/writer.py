@@ -36,7 +36,7 @@ from deploy.config import ConfigError, KafkaSettings
 from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from deploy.interpreters import parse_interpreters
 from deploy.kafka_errors import cluster_topics
-from deploy.topics import PRODUCER_PARTITIONER, partition_for
+from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for
 from dsh.errors import SessionError
 from producers import metrics
 from producers.errors import (
@@ -208,7 +208,7 @@ class Writer:
                 "session.timeout.ms": s.session_timeout_ms,
                 "heartbeat.interval.ms": max(100, s.session_timeout_ms // 4),
                 "max.poll.interval.ms": s.max_poll_interval_ms,
-                "fetch.wait.max.ms": 5,
+                **TAIL_FETCH_WAIT,
             }
         )
         self._consumer.subscribe(

@@ -33,6 +33,7 @@ from confluent_kafka import (
 
 from deploy.config import KafkaSettings
 from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
+from deploy.topics import TAIL_FETCH_WAIT
 from dsh.errors import SessionError
 from projectors import metrics
 from projectors.batch_io import Pending, RedisClient, batch_io, pipelined
@@ -124,7 +125,7 @@ class Runtime(Generic[S]):
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 20,
+            **TAIL_FETCH_WAIT,
             "session.timeout.ms": self.settings.session_timeout_ms,
         }
         if self.settings.instance_id:
