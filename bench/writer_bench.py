@@ -1,11 +1,16 @@
 """Writer benchmark: sustained appends/s through one writer with many sessions (append_async,
 many in flight), and single-append round trip p50/p99 at a steady 500 appends/s, each next to
-the ceiling of a raw transactional confluent-kafka producer measured in the same run.
+the ceiling of a raw transactional confluent-kafka producer measured in the same run. Also the
+writer alone: how fast it works through a backlog of commands published before it started
+(``--backlog``), with no client in the box competing for the 2 cores.
 
 Run against a broker you started (`dsh up`):
     .venv/bin/python -m bench.writer_bench --bootstrap 127.0.0.1:19092 [--seconds 10]
 The writer runs as its own process (`python -m dsh.cli writer`), as in production; topics are
-created under a fresh prefix so runs never see each other's records.
+created under a fresh prefix so runs never see each other's records. A brand-new partition's
+first writes are slow at the broker (hundreds of ms in a fresh topic's first second, measured
+2 Dec 2026), so the round trip is counted after ``--warmup`` seconds at the same rate; the
+warm-up's own figures are printed apart.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
 from deploy.topics import PRODUCER_PARTITIONER, ensure_topics, partition_for
 from producers import SessionClient, draft
-from schemas import encode_event
+from producers.restore import REQUEST_HEADER
+from schemas import APPEND_COMMAND, AppendCommand, encode_command, encode_event, record_headers
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 bytes of prompt text
@@ -208,6 +214,69 @@ def paced_latency(submit: Any, rate: float, seconds: float) -> list[float]:
     return latencies
 
 
+def produce_backlog(
+    kafka: KafkaSettings, sessions: list[str], commands: int, per_command: int
+) -> int:
+    """Encodes and publishes ``commands`` append commands (``per_command`` events each, round
+    robin over ``sessions``) straight to the commands topic, as clients would have while no
+    writer ran. Returns the number of events they carry."""
+    producer = Producer({**kafka.client_config(), **PRODUCER_PARTITIONER, "linger.ms": 20})
+    topic = kafka.topic("commands")
+    client_id = f"backlog-{uuid.uuid4().hex[:8]}"
+    for i in range(commands):
+        sid = sessions[i % len(sessions)]
+        rid = f"{client_id}-{i}"
+        drafts = tuple(
+            draft("user/message", message(i * per_command + k), surface_op="append")
+            for k in range(per_command)
+        )
+        value = encode_command(AppendCommand(rid, client_id, sid, drafts, None))
+        headers: list[tuple[str, str | bytes | None]] = [
+            *record_headers(APPEND_COMMAND),
+            (REQUEST_HEADER, rid.encode()),
+        ]
+        while True:
+            try:
+                producer.produce(topic, value=value, key=sid.encode(), headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("the backlog was not all delivered")
+    return commands * per_command
+
+
+def drain(writer_pid: int, metrics_port: int, events: int, per_command: int) -> dict[str, float]:
+    """Watches a freshly started writer work through a backlog of ``events``: events/s and
+    writer CPU per event from its first second of work to the end (start-up, the restore and
+    the first writes to brand-new partitions are not counted)."""
+    target = events // per_command
+    deadline = time.monotonic() + 300
+
+    def done() -> float:
+        try:
+            return scrape(metrics_port).get("dsh_writer_batch_commands_sum", 0.0)
+        except OSError:  # the metrics server is not up yet
+            return 0.0
+
+    while done() == 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the writer never started on the backlog")
+        time.sleep(0.05)
+    time.sleep(1.0)
+    first, t0, cpu0 = done(), time.monotonic(), cpu_seconds(writer_pid)
+    if first >= target:
+        raise RuntimeError("the backlog was gone within a second: make it bigger")
+    while (now := done()) < target:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the writer handled {now:.0f} of {target} backlog commands")
+        time.sleep(0.02)
+    elapsed, cpu = time.monotonic() - t0, cpu_seconds(writer_pid) - cpu0
+    counted = (target - first) * per_command
+    return {"events_per_s": counted / elapsed, "writer_cpu_us_per_event": cpu / counted * 1e6}
+
+
 def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, float]:
     """A bare transactional producer on the same broker: records/s in 1000-record
     transactions, and one-record transaction latency at ``rate``/s."""
@@ -304,12 +373,29 @@ def main() -> int:
         "--writer-env", action="append", default=[], help="DSH_WRITER_X=value for the writer"
     )
     parser.add_argument("--skip-sustained", action="store_true", help="latency only")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=300_000,
+        help="events (10 per command) waiting before the writer starts; 0: no drain phase",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="seconds paced at --rate before the counted round trips (reported apart)",
+    )
     args = parser.parse_args()
 
     kafka = KafkaSettings(
         bootstrap_servers=args.bootstrap, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.dsh.session"
     )
     ensure_topics(kafka, args.partitions)
+    sessions = [f"bench-{i}" for i in range(args.sessions)]
+    assert {partition_for(s, args.partitions) for s in sessions} == set(range(args.partitions))
+    backlog = 0
+    if args.backlog and not args.skip_sustained:
+        backlog = produce_backlog(kafka, sessions, args.backlog // 10, 10)
     log = Path(f"/tmp/writer-bench-{uuid.uuid4().hex[:6]}.log")
     (metrics_port,) = free_ports(1)
     writer = start_writer(
@@ -322,13 +408,14 @@ def main() -> int:
         "seconds": args.seconds,
     }
     try:
+        if backlog:
+            drained = drain(writer.pid, metrics_port, backlog, 10)
+            results["backlog_events"] = backlog
+            results["backlog_events_per_s"] = drained["events_per_s"]
+            results["backlog_writer_cpu_us_per_event"] = drained["writer_cpu_us_per_event"]
         with SessionClient(settings=kafka, timeout=60) as client:
             probe = f"probe-{uuid.uuid4().hex[:6]}"
             client.append(probe, "user/message", message(0), surface_op="append")  # writer up
-            sessions = [f"bench-{i}" for i in range(args.sessions)]
-            assert {partition_for(s, args.partitions) for s in sessions} == set(
-                range(args.partitions)
-            )
             phases = () if args.skip_sustained else (("append_async", 1), ("append_many_x10", 10))
             for name, per_command in phases:
                 cpu, commands = cpu_seconds(writer.pid), scrape(metrics_port)
@@ -344,17 +431,21 @@ def main() -> int:
                 results[f"{name}_client_cpu_us_per_event"] = (
                     (time.process_time() - client_cpu) / events * 1e6
                 )
+
+            def one_append(i: int) -> Future[Any]:
+                return client.append_async(
+                    sessions[i % len(sessions)], "user/message", message(i), surface_op="append"
+                )
+
+            if args.warmup > 0:  # the first writes to brand-new partitions are slow at the broker
+                warm = paced_latency(one_append, args.rate, args.warmup)
+                results["warmup_p50_ms"] = percentile(warm, 0.5)
+                results["warmup_p99_ms"] = percentile(warm, 0.99)
             before = scrape(metrics_port)
             before_commits = before["dsh_writer_transaction_commit_seconds_count"]
             before_commit_s = before["dsh_writer_transaction_commit_seconds_sum"]
             before_batch = before["dsh_writer_batch_commands_sum"]
-            lat = paced_latency(
-                lambda i: client.append_async(
-                    sessions[i % len(sessions)], "user/message", message(i), surface_op="append"
-                ),
-                args.rate,
-                args.seconds,
-            )
+            lat = paced_latency(one_append, args.rate, args.seconds)
             results["round_trip_p50_ms"] = percentile(lat, 0.5)
             results["round_trip_p99_ms"] = percentile(lat, 0.99)
             after = scrape(metrics_port)
@@ -389,6 +480,17 @@ def main() -> int:
             f"p99 {results['round_trip_p99_ms']:.1f} ms; raw one-record transaction p50 "
             f"{raw['p50_ms']:.1f} ms, p99 {raw['p99_ms']:.1f} ms"
         )
+        if "warmup_p50_ms" in results:
+            print(
+                f"  warm-up ({args.warmup:g} s at the same rate, not counted above): "
+                f"p50 {results['warmup_p50_ms']:.1f} ms, p99 {results['warmup_p99_ms']:.1f} ms"
+            )
+        if backlog:
+            print(
+                f"  backlog drain (10 per command, no client running): "
+                f"{results['backlog_events_per_s']:,.0f} events/s, writer CPU "
+                f"{results['backlog_writer_cpu_us_per_event']:.0f} µs per event"
+            )
         if not args.skip_sustained:
             print(
                 "  writer CPU per event: "
