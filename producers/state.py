@@ -114,6 +114,7 @@ class Outcome:
     events: tuple[dsh.Event, ...] = ()
     error: SessionError | None = None
     new: bool = False  # False for a rejection or a retried request answered from the log
+    repeated: bool = False  # a retried request answered with its remembered rejection
 
 
 @dataclass(frozen=True)

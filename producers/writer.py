@@ -781,7 +781,7 @@ class Writer:
         # (the ones above depend on who sent the command, or where, and recur on a retry).
         remembered = state.rejections.get(command.session_id, command.request_id)
         if remembered is not None:
-            return Outcome(error=remembered)
+            return Outcome(error=remembered, repeated=True)
         outcome = state.apply(command, size, self.limits)
         if outcome.error is not None and command.session_id not in state.broken:
             state.rejections.add(command.session_id, command.request_id, outcome.error)
@@ -807,9 +807,12 @@ class Writer:
         rid, cid, sid = command.request_id, command.client_id, command.session_id
         if outcome.error is not None:
             value = encode_reply(AppendReply.rejected(rid, cid, sid, outcome.error))
-            metrics.REJECTED.labels(type(outcome.error).__name__, outcome.error.code).inc()
             first = command.events[0].get("type", "?") if command.events else "?"
-            metrics.appends(str(first), "rejected").inc()
+            if outcome.repeated:  # the rejection was counted when it was made
+                metrics.appends(str(first), "duplicate").inc()
+            else:
+                metrics.REJECTED.labels(type(outcome.error).__name__, outcome.error.code).inc()
+                metrics.appends(str(first), "rejected").inc()
         else:
             value = committed_reply(rid, cid, sid, values)
             result = "committed" if outcome.new else "duplicate"

@@ -361,6 +361,9 @@ def test_metrics_count_appends_rejections_round_trips_and_ownership(
     before = {
         "committed": _sample("dsh_writer_appends_total", committed),
         "duplicate": _sample("dsh_writer_appends_total", duplicate),
+        "duplicate_end": _sample(
+            "dsh_writer_appends_total", {"type": "turn/end", "result": "duplicate"}
+        ),
         "rejected": _sample("dsh_writer_rejected_commands_total", rejected),
         "round_trips": _sample("dsh_client_append_seconds_count", {"result": "committed"}),
         "commits": _sample("dsh_writer_transaction_commit_seconds_count"),
@@ -369,12 +372,17 @@ def test_metrics_count_appends_rejections_round_trips_and_ownership(
     for i in range(3):
         client.append(sid, "user/message", user(f"u{i}"), surface_op="append", request_id=f"m{i}")
     client.append(sid, "user/message", user("u0"), surface_op="append", request_id="m0")
-    with pytest.raises(dsh.InvariantError):
-        client.append(sid, "turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    for _ in range(2):  # the retry gets the remembered rejection: a duplicate, not a new one
+        with pytest.raises(dsh.InvariantError):
+            client.append(
+                sid, "turn/end", {"turn": 1, "reason": {"kind": "completed"}}, request_id="end"
+            )
 
     assert _sample("dsh_writer_appends_total", committed) - before["committed"] == 3
     assert _sample("dsh_writer_appends_total", duplicate) - before["duplicate"] == 1
     assert _sample("dsh_writer_rejected_commands_total", rejected) - before["rejected"] == 1
+    duplicate_end = {"type": "turn/end", "result": "duplicate"}
+    assert _sample("dsh_writer_appends_total", duplicate_end) - before["duplicate_end"] == 1
     round_trips = _sample("dsh_client_append_seconds_count", {"result": "committed"})
     assert round_trips - before["round_trips"] == 4
     assert _sample("dsh_writer_transaction_commit_seconds_count") - before["commits"] >= 5
