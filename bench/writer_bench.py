@@ -93,21 +93,30 @@ def phase_means_ms(before: dict[str, float], after: dict[str, float]) -> dict[st
     return out
 
 
+def p99_bound_ms(
+    before: dict[str, float], after: dict[str, float], histogram: str, labels: str = ""
+) -> float:
+    """The bucket bound under which 99 % of a histogram's observations between two scrapes
+    fell (an upper bound of their p99); ``labels``: the sample's other labels, as printed."""
+    prefix = f'{histogram}_bucket{{le="'
+    suffix = f'"{"," if labels else ""}{labels}}}'
+    bounds = sorted(
+        (float(k[len(prefix) : -len(suffix)]), after[k] - before.get(k, 0))
+        for k in after
+        if k.startswith(prefix) and k.endswith(suffix)
+    )
+    total = bounds[-1][1] if bounds else 0
+    return next((b * 1000 for b, n in bounds if n >= 0.99 * total), 0.0) if total else 0.0
+
+
 def phase_p99_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Per phase, the histogram bucket bound under which 99 % of the transactions between two
-    scrapes fell (an upper bound of their p99)."""
-    out = {}
-    for phase in PHASES:
-        prefix = 'dsh_writer_transaction_phase_seconds_bucket{le="'
-        suffix = f'",phase="{phase}"}}'
-        bounds = sorted(
-            (float(k[len(prefix) : -len(suffix)]), after[k] - before.get(k, 0))
-            for k in after
-            if k.startswith(prefix) and k.endswith(suffix)
+    """Per phase, :func:`p99_bound_ms` of the transactions between two scrapes."""
+    return {
+        phase: p99_bound_ms(
+            before, after, "dsh_writer_transaction_phase_seconds", f'phase="{phase}"'
         )
-        total = bounds[-1][1] if bounds else 0
-        out[phase] = next((b * 1000 for b, n in bounds if n >= 0.99 * total), 0.0) if total else 0
-    return out
+        for phase in PHASES
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -460,6 +469,9 @@ def main() -> int:
             ) / commits
             results["paced_phase_mean_ms"] = phase_means_ms(before, after)
             results["paced_phase_p99_bound_ms"] = phase_p99_ms(before, after)
+            results["paced_writer_latency_p99_bound_ms"] = p99_bound_ms(
+                before, after, "dsh_writer_append_latency_seconds"
+            )
             results["paced_gc"] = gc_pauses(before, after)
     finally:
         writer.terminate()
@@ -513,6 +525,8 @@ def main() -> int:
         print(
             "  while paced, p99 of each phase at most: "
             + ", ".join(f"{p} {bounds[p]:.0f} ms" for p in PHASES)
+            + "; from a command's timestamp to its commit at most "
+            + f"{results['paced_writer_latency_p99_bound_ms']:.0f} ms"
         )
         print(
             "  writer GC while paced (collections, total ms) by generation: "
