@@ -8,6 +8,7 @@ from confluent_kafka import KafkaError
 from deploy.config import ConfigError, KafkaSettings, RedisSettings
 from deploy.kafka_errors import FailFast, KafkaAuthenticationError
 from deploy.local.settings import LocalStackSettings
+from producers import SessionClient
 
 
 def test_kafka_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,3 +83,11 @@ def test_topics_carry_the_configured_prefix() -> None:
 def test_local_stack_ports_for_a_three_node_cluster() -> None:
     settings = LocalStackSettings(brokers=3, kafka_port=30000)
     assert settings.bootstrap_servers() == "127.0.0.1:30000,127.0.0.1:30001,127.0.0.1:30002"
+
+
+@pytest.mark.parametrize("linger_ms", [-1.0, 1000.5])
+def test_a_client_linger_out_of_range_is_refused_before_any_connection(linger_ms: float) -> None:
+    # An unreachable address: the check must come first, or this would wait for a broker.
+    with pytest.raises(ConfigError) as refused:
+        SessionClient("127.0.0.1:1", linger_ms=linger_ms)
+    assert refused.value.code == "BAD_LINGER"
