@@ -335,10 +335,13 @@ def end_to_end(
     seconds: float,
     partitions: int,
     warmup: float = 2.0,
+    client_linger_ms: float = 5.0,
 ) -> tuple[list[float], list[float]]:
     """``SessionClient.append_async`` → writer (`dsh writer`, its own process) → events →
     `dsh project surface` (its own process) → the event's seq visible as applied in Redis.
-    20 sessions, `rate` appends/s in total, one turn open per session."""
+    20 sessions, `rate` appends/s in total, one turn open per session. The client batches
+    its commands for ``client_linger_ms``, as one sending this many appends should (see
+    ``SessionClient``)."""
     from deploy.local.processes import free_ports
     from producers import SessionClient
 
@@ -401,7 +404,7 @@ def end_to_end(
             time.sleep(0.001)
 
     try:
-        with SessionClient(settings=kafka) as sc:
+        with SessionClient(settings=kafka, linger_ms=client_linger_ms) as sc:
             for sid in sessions:  # warm up: writer owns its partitions, projector joined
                 sc.append(sid, "turn/start", {"turn": 1})
             deadline = time.monotonic() + 60
@@ -483,6 +486,12 @@ def main() -> None:
     parser.add_argument("--skip-end-to-end", action="store_true", help="no writer in the loop")
     parser.add_argument("--only-end-to-end", action="store_true")
     parser.add_argument(
+        "--client-linger-ms",
+        type=float,
+        default=5.0,
+        help="SessionClient(linger_ms=…) of the end-to-end part's client",
+    )
+    parser.add_argument(
         "--replay-copies",
         type=int,
         default=5,
@@ -531,7 +540,14 @@ def main() -> None:
         out["latency_p50_ms"] = round(statistics.median(lat) * 1000, 1)
         out["latency_p99_ms"] = round(q[98] * 1000, 1)
     if not args.skip_end_to_end:
-        e2e, acked = end_to_end(kafka, args.redis_url, 1000, args.latency_seconds, args.partitions)
+        e2e, acked = end_to_end(
+            kafka,
+            args.redis_url,
+            1000,
+            args.latency_seconds,
+            args.partitions,
+            client_linger_ms=args.client_linger_ms,
+        )
         if acked:
             out["e2e_client_ack_p50_ms"] = round(statistics.median(acked) * 1000, 1)
             out["e2e_client_ack_p99_ms"] = round(statistics.quantiles(acked, n=100)[98] * 1000, 1)
