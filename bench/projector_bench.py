@@ -384,8 +384,8 @@ def end_to_end(
     visible: dict[tuple[int, int], float] = {}
     stop = threading.Event()
 
-    # One round trip and one reply for all sessions: the watcher shares the 2 cores with what
-    # it measures, and a pipeline of an HGET per session cost it ~a third of a core.
+    # One command and one reply per look at all sessions, not one per session: the watcher
+    # shares the 2 cores with what it measures.
     applied_of = client.register_script(
         "local r = {} for i, k in ipairs(KEYS) do "
         "r[i] = redis.call('HGET', k, 'applied') or false end return r"

@@ -34,8 +34,8 @@ from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
 from deploy.topics import PRODUCER_PARTITIONER, ensure_topics, partition_for
 from producers import SessionClient, draft
-from producers.restore import REQUEST_HEADER
-from schemas import APPEND_COMMAND, AppendCommand, encode_command, encode_event, record_headers
+from producers.client import command_headers
+from schemas import AppendCommand, encode_command, encode_event
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 bytes of prompt text
@@ -240,13 +240,9 @@ def produce_backlog(
             for k in range(per_command)
         )
         value = encode_command(AppendCommand(rid, client_id, sid, drafts, None))
-        headers: list[tuple[str, str | bytes | None]] = [
-            *record_headers(APPEND_COMMAND),
-            (REQUEST_HEADER, rid.encode()),
-        ]
         while True:
             try:
-                producer.produce(topic, value=value, key=sid.encode(), headers=headers)
+                producer.produce(topic, value=value, key=sid.encode(), headers=command_headers(rid))
                 break
             except BufferError:
                 producer.poll(0.05)

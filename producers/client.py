@@ -68,6 +68,11 @@ MAX_LINGER_MS = 1000.0
 Draft = Mapping[str, Any]
 
 
+def command_headers(request_id: str) -> list[tuple[str, str | bytes | None]]:
+    """The headers of an append command's record (a tenant's credential comes on top)."""
+    return [*record_headers(APPEND_COMMAND), (REQUEST_HEADER, request_id.encode())]
+
+
 @dataclass
 class _Pending:
     future: Future[Any]
@@ -284,10 +289,7 @@ class SessionClient:
             self._pending[rid] = _Pending(
                 future, session_id, now, now + (timeout or self.timeout), single
             )
-        headers: list[tuple[str, str | bytes | None]] = [
-            *record_headers(APPEND_COMMAND),
-            (REQUEST_HEADER, rid.encode()),
-        ]
+        headers = command_headers(rid)
         if self._tenant is not None:
             headers += tenant_headers(*self._tenant, value)
 
