@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,18 @@ def ensure_kafka_jars(settings: LocalStackSettings) -> Path:
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
     return libs
+
+
+def new_cluster_id() -> str:
+    """A random KRaft cluster id: 16 bytes, URL-safe base64, never starting with "-".
+
+    Kafka's own Uuid.randomUuid draws again on a leading "-" for the same reason: command-line
+    tools would take such an id for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @dataclass(frozen=True)
@@ -232,7 +245,7 @@ class KafkaCluster:
         if path.exists():
             return path.read_text().strip()
         self.home.mkdir(parents=True, exist_ok=True)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         path.write_text(cluster_id + "\n")
         return cluster_id
 
@@ -271,10 +284,7 @@ class KafkaCluster:
         (node.home / "log4j2.properties").write_text(_LOG4J2.format(log_dir=node.home / "logs"))
 
     def _format(self, node: KafkaNode, libs: Path, cluster_id: str) -> None:
-        argv = self._java(
-            node, libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            "-t", cluster_id, "-c", str(node.properties),
-        )  # fmt: skip
+        argv = self._format_argv(node, libs, cluster_id)
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise LocalStackError(
@@ -282,6 +292,16 @@ class KafkaCluster:
                 f"{result.stdout}{result.stderr}",
                 code="FORMAT_FAILED",
             )
+
+    def _format_argv(
+        self, node: KafkaNode, libs: Path, cluster_id: str, extra: Sequence[str] = ()
+    ) -> list[str]:
+        # "--cluster-id=ID", not "-t ID": argparse4j reads an id that starts with "-" as an
+        # option, and cluster.id files written before new_cluster_id() may hold one.
+        return self._java(
+            node, libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
+            f"--cluster-id={cluster_id}", "-c", str(node.properties), *extra,
+        )  # fmt: skip
 
     def _java(self, node: KafkaNode, libs: Path, main: str, *args: str) -> list[str]:
         java_home = os.environ.get("JAVA_HOME")

@@ -84,10 +84,7 @@ class SaslKafkaCluster(KafkaCluster):
             if any(c in name + secret for c in '",[]='):
                 raise LocalStackError(f'SCRAM user {name!r}: name or password has [ ] , = or "')
             scram += ["--add-scram", f"{MECHANISM}=[name={name},password={secret}]"]
-        argv = self._java(
-            node, libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            "-t", cluster_id, "-c", str(node.properties), *scram,
-        )  # fmt: skip
+        argv = self._format_argv(node, libs, cluster_id, scram)
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             output = result.stdout + result.stderr

@@ -132,3 +132,29 @@ def test_unknown_setting_is_refused(stack_env: dict[str, str]) -> None:
     result = _dsh({**stack_env, "DSH_LOCAL_KAFKA_PROT": "1"}, "status")
     assert result.returncode == 1
     assert "DSH_LOCAL_KAFKA_PROT" in result.stderr
+
+
+def test_a_cluster_id_starting_with_a_dash_still_formats(tmp_path: Path) -> None:
+    # One random id in 64 starts with "-"; the storage tool once took it for an option and
+    # failed to format (seen in CI). State dirs from then may still hold such an id.
+    from deploy.local.kafka import KafkaCluster
+    from deploy.local.settings import LocalStackSettings
+
+    kafka_port, controller_port, redis_port = free_ports(3)
+    settings = LocalStackSettings(
+        state_dir=tmp_path / "state",
+        kafka_port=kafka_port,
+        controller_port=controller_port,
+        redis_port=redis_port,
+    )
+    cluster = KafkaCluster(settings)
+    cluster.home.mkdir(parents=True)
+    (cluster.home / "cluster.id").write_text("-yFwc_YpRU6BnFy3d1_HLw\n")
+    try:
+        cluster.start()
+        cluster.wait_ready()
+        meta = (cluster.nodes[0].data_dir / "meta.properties").read_text()
+        assert "cluster.id=-yFwc_YpRU6BnFy3d1_HLw" in meta.splitlines()
+    finally:
+        cluster.stop()
+    assert not cluster.running_nodes()

@@ -91,3 +91,17 @@ def test_a_client_linger_out_of_range_is_refused_before_any_connection(linger_ms
     with pytest.raises(ConfigError) as refused:
         SessionClient("127.0.0.1:1", linger_ms=linger_ms)
     assert refused.value.code == "BAD_LINGER"
+
+
+def test_new_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    from deploy.local import kafka
+
+    # 0xF8 encodes to "-" in URL-safe base64; the next draw must be taken instead.
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x00" * 16)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
+    assert kafka.new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+    monkeypatch.undo()
+    ids = [kafka.new_cluster_id() for _ in range(2000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
