@@ -87,6 +87,15 @@ class ManagedProcess:
                 env=env,
             )
         self.pid_file.write_text(f"{proc.pid}\n")
+        # Popen returns once exec has closed its close-on-exec pipe, which the kernel does
+        # before it sets up the new program's arguments: for a moment /proc/PID/cmdline is
+        # empty and the process would not look like ours. Wait that moment out, so that
+        # is_running() right after start() means what it says.
+        deadline = time.monotonic() + 5.0
+        while not self._is_ours(proc.pid) and proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise self.fail(f"pid {proc.pid} never showed {self.marker!r} in its command line")
+            time.sleep(0.001)
         return proc.pid
 
     def pid(self) -> int | None:
