@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -336,6 +337,7 @@ def end_to_end(
     partitions: int,
     warmup: float = 2.0,
     client_linger_ms: float = 5.0,
+    writer_env: Sequence[str] = (),
 ) -> tuple[list[float], list[float]]:
     """``SessionClient.append_async`` → writer (`dsh writer`, its own process) → events →
     `dsh project surface` (its own process) → the event's seq visible as applied in Redis.
@@ -360,6 +362,7 @@ def end_to_end(
             **base,
             "DSH_WRITER_GROUP_ID": f"bench-w-{run}",
             "DSH_WRITER_METRICS_PORT": str(free_ports(1)[0]),
+            **{key: value for key, _, value in (item.partition("=") for item in writer_env)},
         },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -492,6 +495,12 @@ def main() -> None:
         help="SessionClient(linger_ms=…) of the end-to-end part's client",
     )
     parser.add_argument(
+        "--writer-env",
+        action="append",
+        default=[],
+        help="DSH_WRITER_X=value for the end-to-end part's writer",
+    )
+    parser.add_argument(
         "--replay-copies",
         type=int,
         default=5,
@@ -547,6 +556,7 @@ def main() -> None:
             args.latency_seconds,
             args.partitions,
             client_linger_ms=args.client_linger_ms,
+            writer_env=args.writer_env,
         )
         if acked:
             out["e2e_client_ack_p50_ms"] = round(statistics.median(acked) * 1000, 1)

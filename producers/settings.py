@@ -45,6 +45,12 @@ class WriterSettings(StrictSettings):
     # sends whatever waits. Longer spares CPU (fewer broker-thread wake-ups); shorter lets the
     # records travel while the offsets are sent, a round trip less per transaction.
     linger_ms: Annotated[int, Field(ge=0)] = 1
+    # A transaction costs the broker a fixed amount of CPU (markers in every partition it
+    # touched, coordinator writes) whatever it holds. A batch taken sooner than this after the
+    # previous one waits the rest of the interval for more commands, capping transactions at
+    # 1000/this per second under load; a command arriving after a quiet spell never waits.
+    # 0: take what is there at once.
+    min_transaction_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 0
     # Build and produce each transaction while the one before it commits, on a second
     # producer (transactional id "<id>-1"): a command then waits for at most one commit
     # ahead of its own instead of a whole transaction. False: one producer, one at a time.

@@ -151,6 +151,7 @@ class Writer:
         self._reply_partitions = 0
         self._callback_error: Exception | None = None
         self._replacements = 0  # new producers since the last committed transaction
+        self._last_batch_at = 0.0  # monotonic time the last batch was taken
         # murmur2 in Python costs more than the rest of routing a command; ids repeat a lot.
         self._partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
         self._tenancy = Tenancy.parse(
@@ -392,8 +393,13 @@ class Writer:
         if first is None:
             return
         # poll returns as soon as one record is there; drain what is already fetched without
-        # waiting, so a quiet stream gets low latency and a busy one big batches.
-        batch = [first, *self._consumer.consume(self.settings.batch_max_commands - 1, 0)]
+        # waiting, so a quiet stream gets low latency and a busy one big batches. With a
+        # minimum interval, a batch right after another waits out the rest of it for more.
+        now = time.monotonic()
+        wait = self._last_batch_at + self.settings.min_transaction_interval_ms / 1000 - now
+        rest = self._consumer.consume(self.settings.batch_max_commands - 1, max(wait, 0))
+        self._last_batch_at = time.monotonic() if wait > 0 else now
+        batch = [first, *rest]
         records = []
         for m in batch:
             err = m.error()

@@ -1,0 +1,66 @@
+"""DSH_WRITER_MIN_TRANSACTION_INTERVAL_MS against the real broker: under load, batches (one
+transaction each) start at least the interval apart and take every command that came
+meanwhile; after a quiet spell a command is taken at once."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from deploy.config import KafkaSettings
+from producers import SessionClient
+from producers.writer import Writer
+from tests.integration.writer_support import running_writer, user, writer_settings
+
+INTERVAL_S = 1.0
+SESSIONS = 5
+APPENDS = 3
+
+
+def test_batches_start_an_interval_apart_under_load_and_at_once_after_a_quiet_spell(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[tuple[float, int]] = []  # (when it began, commands in it)
+    process = Writer._process
+
+    def recorded(writer: Writer, records: list[Any]) -> None:
+        batches.append((time.monotonic(), len(records)))
+        process(writer, records)
+
+    monkeypatch.setattr(Writer, "_process", recorded)
+    sessions = [f"batching-{i}-{uuid.uuid4().hex[:6]}" for i in range(SESSIONS)]
+    settings = writer_settings(min_transaction_interval_ms=int(INTERVAL_S * 1000))
+    with (
+        running_writer(topics, settings),
+        SessionClient(settings=topics, timeout=30) as client,
+    ):
+
+        def appends(sid: str) -> None:
+            for i in range(APPENDS):
+                client.append(
+                    sid, "user/message", user(f"u{i}"), surface_op="append", expected_seq=i
+                )
+
+        with ThreadPoolExecutor(SESSIONS) as pool:
+            for done in [pool.submit(appends, sid) for sid in sessions]:
+                done.result(60)
+        loaded = list(batches)
+
+        time.sleep(INTERVAL_S * 1.2)
+        sent = time.monotonic()
+        client.append(sessions[0], "user/message", user("late"), surface_op="append")
+        quiet_start = batches[-1][0] - sent
+
+    # Every session has one command in flight at a time: without the interval each would
+    # mostly go alone, about SESSIONS * APPENDS batches a few ms apart.
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(loaded)]
+    assert all(gap >= INTERVAL_S * 0.99 for gap in gaps), gaps
+    assert sum(n for _, n in loaded) == SESSIONS * APPENDS
+    assert len(loaded) <= APPENDS + 2, loaded  # sessions' commands share batches
+    # The last batch before it is more than the interval ago: nothing to wait for.
+    assert quiet_start < INTERVAL_S / 2, quiet_start
