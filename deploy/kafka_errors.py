@@ -65,7 +65,12 @@ class FailFast:
 def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
     """Topic metadata of the cluster (name -> TopicMetadata). Serves the client's callbacks
     while it waits: a refused login raises ``KafkaAuthenticationError`` at once, no answer at
-    all ``KafkaUnreachableError`` after ``timeout_s``."""
+    all ``KafkaUnreachableError`` after ``timeout_s``.
+
+    The client is polled and the error raised outside the ``except`` block, so the error has
+    no ``__context__``: the KafkaException's traceback holds the admin client's frames, and a
+    client kept alive by an error the caller holds goes on retrying its broker, logging, for
+    as long as the error is held."""
     admin = AdminClient(kafka.client_config())
     deadline = time.monotonic() + timeout_s
     while True:
@@ -73,16 +78,17 @@ def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
             topics: dict[str, Any] = admin.list_topics(timeout=0.5).topics
             return topics
         except KafkaException as exc:
-            refused = _served(admin)  # the error_cb raises for a refused login
-            if refused is not None:
-                del admin  # the traceback keeps this frame: let the client go, not retry on
-                raise refused from None
-            if time.monotonic() >= deadline:
-                raise KafkaUnreachableError(
-                    f"no Kafka broker of {kafka.bootstrap_servers} answered in {timeout_s:.0f}s "
-                    f"({exc.args[0].str()})"
-                ) from exc
-            time.sleep(0.1)
+            reason = exc.args[0].str()
+        failure: SessionError | None = _served(admin)  # the error_cb raises for a refusal
+        if failure is None and time.monotonic() >= deadline:
+            failure = KafkaUnreachableError(
+                f"no Kafka broker of {kafka.bootstrap_servers} answered in {timeout_s:.0f}s "
+                f"({reason})"
+            )
+        if failure is not None:
+            del admin
+            raise failure
+        time.sleep(0.1)
 
 
 def _served(admin: AdminClient) -> KafkaAuthenticationError | None:

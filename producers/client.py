@@ -157,9 +157,15 @@ class SessionClient:
             }
         )
         tp = TopicPartition(replies, partition_for(self.client_id, counts[replies]))
-        # Start at the current end: every reply for this (new) client id comes later.
-        end = high_watermark(self._replies, replies, tp.partition)
-        self._replies.assign([TopicPartition(replies, tp.partition, end)])
+        try:
+            # Start at the current end: every reply for this (new) client id comes later.
+            end = high_watermark(self._replies, replies, tp.partition)
+            self._replies.assign([TopicPartition(replies, tp.partition, end)])
+        except BaseException:
+            # The error's traceback holds this half-built client: without a close its
+            # consumer would live on in it, fetching and logging.
+            self._replies.close()
+            raise
         self._thread = threading.Thread(
             target=self._serve, name=f"dsh-client-{self.client_id}", daemon=True
         )

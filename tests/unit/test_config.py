@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import KafkaError
 
@@ -105,3 +107,34 @@ def test_new_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch
     monkeypatch.undo()
     ids = [kafka.new_cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["refused login", "no broker"])
+def test_a_failed_start_up_check_leaves_no_client_behind(
+    monkeypatch: pytest.MonkeyPatch, refused: bool
+) -> None:
+    """A caller may hold the typed error for long (a test's ``pytest.raises``, a supervisor's
+    last failure); the admin client must not live on in it, retrying and logging."""
+    import gc
+    import weakref
+
+    from confluent_kafka.admin import AdminClient
+
+    from deploy import kafka_errors
+    from deploy.kafka_errors import KafkaUnreachableError, cluster_topics
+
+    made: list[weakref.ref[AdminClient]] = []
+
+    class Tracked(AdminClient):
+        def __init__(self, conf: dict[str, Any]) -> None:
+            super().__init__(conf)
+            made.append(weakref.ref(self))
+
+    monkeypatch.setattr(kafka_errors, "AdminClient", Tracked)
+    if refused:  # a closed port stands in for a broker refusing the login
+        monkeypatch.setattr(kafka_errors, "_AUTHENTICATION", frozenset({KafkaError._TRANSPORT}))
+    expected = KafkaAuthenticationError if refused else KafkaUnreachableError
+    with pytest.raises(expected) as failure:
+        cluster_topics(KafkaSettings(bootstrap_servers="127.0.0.1:1"), timeout_s=1)
+    gc.collect()
+    assert failure.value is not None and made and made[0]() is None
