@@ -60,7 +60,8 @@ class KafkaSettings(StrictSettings):
 
     def client_config(self) -> dict[str, Any]:
         """The librdkafka settings shared by every producer, consumer and admin client, with
-        an ``error_cb`` that turns a refused login into ``KafkaAuthenticationError``."""
+        an ``error_cb`` that turns a refused login into ``KafkaAuthenticationError`` and a
+        broker certificate that fails verification into ``KafkaTlsError``."""
         config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
             "security.protocol": self.security_protocol,
@@ -68,6 +69,9 @@ class KafkaSettings(StrictSettings):
                 f"Kafka at {self.bootstrap_servers} refused the login of "
                 f"{self.sasl_username or '(no user)'} "
                 f"({self.sasl_mechanism or self.security_protocol})",
+                f"Kafka at {self.bootstrap_servers}: the broker's TLS certificate failed "
+                f"verification against {self.ssl_ca_location or 'the system CA store'} "
+                "(DSH_KAFKA_SSL_CA_LOCATION)",
                 [s.get_secret_value() for s in (self.sasl_password, self.ssl_key_password) if s],
             ),
         }

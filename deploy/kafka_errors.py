@@ -4,10 +4,11 @@ librdkafka retries everything itself and reports trouble through its ``error_cb`
 ``poll``/``consume``/``flush``; a blocking call such as ``list_topics`` only says "Broker
 transport failure" once its timeout is over. Every client built from
 ``KafkaSettings.client_config()`` gets :class:`FailFast` as its ``error_cb``: a refused login
-raises :class:`KafkaAuthenticationError` out of the next poll of that client, and
-:func:`cluster_topics` (the start-up metadata call of the writer and ``SessionClient``) polls
-while it waits, so a wrong password fails a start within a second or two, not after 30 s.
-Messages name the user, mechanism and servers, never a secret.
+raises :class:`KafkaAuthenticationError`, a broker certificate that fails verification
+:class:`KafkaTlsError`, out of the next poll of that client, and :func:`cluster_topics` (the
+start-up metadata call of the writer and ``SessionClient``) polls while it waits, so a wrong
+password or CA file fails a start within a second or two, not after 30 s. Messages name the
+user, mechanism, CA file and servers, never a secret.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ class KafkaAuthenticationError(SessionError):
 
 
 @register_error
+class KafkaTlsError(SessionError):
+    """The broker's TLS certificate failed verification (wrong or missing CA file, a name the
+    certificate does not cover, an expired certificate). Retrying cannot help."""
+
+    default_code = "KAFKA_TLS"
+
+
+@register_error
 class KafkaUnreachableError(SessionError):
     """No broker answered within the start-up timeout (all brokers down, wrong address)."""
 
@@ -40,20 +49,29 @@ class KafkaUnreachableError(SessionError):
 
 
 _AUTHENTICATION = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+# OpenSSL's reason for a chain or name check that failed, in librdkafka's _SSL error text.
+_CERTIFICATE_UNVERIFIED = "certificate verify failed"
 
 
 class FailFast:
-    """A librdkafka ``error_cb``: raises the typed error for a refused login (the exception
-    leaves the ``poll`` that served the callback with its type); other errors librdkafka
-    retries by itself, and logs."""
+    """A librdkafka ``error_cb``: raises the typed error for a refused login or a broker
+    certificate that failed verification (the exception leaves the ``poll`` that served the
+    callback with its type). Other errors, TLS ones included (a broker closing a connection
+    mid-handshake while it restarts), librdkafka retries by itself, and logs.
 
-    def __init__(self, who: str, secrets: Iterable[str] = ()) -> None:
-        self.who = who
+    ``refused`` and ``unverified`` begin the two messages; they name the servers, the user
+    and the CA file, never a secret."""
+
+    def __init__(self, refused: str, unverified: str, secrets: Iterable[str] = ()) -> None:
+        self.refused = refused
+        self.unverified = unverified
         self._secrets = tuple(s for s in secrets if s)
 
     def __call__(self, err: KafkaError) -> None:
         if err.code() in _AUTHENTICATION:
-            raise KafkaAuthenticationError(self.scrub(f"{self.who}: {err.str()}"))
+            raise KafkaAuthenticationError(self.scrub(f"{self.refused}: {err.str()}"))
+        if err.code() == KafkaError._SSL and _CERTIFICATE_UNVERIFIED in err.str():
+            raise KafkaTlsError(self.scrub(f"{self.unverified}: {err.str()}"))
 
     def scrub(self, text: str) -> str:
         # librdkafka does not echo passwords, but a message must not carry one whatever it says.
@@ -64,8 +82,9 @@ class FailFast:
 
 def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
     """Topic metadata of the cluster (name -> TopicMetadata). Serves the client's callbacks
-    while it waits: a refused login raises ``KafkaAuthenticationError`` at once, no answer at
-    all ``KafkaUnreachableError`` after ``timeout_s``.
+    while it waits: a refused login raises ``KafkaAuthenticationError`` and a broker
+    certificate that fails verification ``KafkaTlsError`` at once, no answer at all
+    ``KafkaUnreachableError`` after ``timeout_s``.
 
     The client is polled and the error raised outside the ``except`` block, so the error has
     no ``__context__``: the KafkaException's traceback holds the admin client's frames, and a
@@ -79,7 +98,7 @@ def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
             return topics
         except KafkaException as exc:
             reason = exc.args[0].str()
-        failure: SessionError | None = _served(admin)  # the error_cb raises for a refusal
+        failure = _served(admin)  # the error_cb raises for a refusal
         if failure is None and time.monotonic() >= deadline:
             failure = KafkaUnreachableError(
                 f"no Kafka broker of {kafka.bootstrap_servers} answered in {timeout_s:.0f}s "
@@ -91,9 +110,9 @@ def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
         time.sleep(0.1)
 
 
-def _served(admin: AdminClient) -> KafkaAuthenticationError | None:
+def _served(admin: AdminClient) -> SessionError | None:
     try:
         admin.poll(0)
-    except KafkaAuthenticationError as exc:
+    except (KafkaAuthenticationError, KafkaTlsError) as exc:
         return exc.with_traceback(None)  # its frames would keep the client alive
     return None

@@ -33,7 +33,7 @@ from pydantic import SecretStr
 
 import dsh
 from deploy.config import ConfigError, KafkaSettings
-from deploy.kafka_errors import KafkaAuthenticationError
+from deploy.kafka_errors import KafkaAuthenticationError, KafkaTlsError
 from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for
 from dsh.errors import SessionError
 from producers import metrics
@@ -133,7 +133,7 @@ class SessionClient:
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._refused: KafkaAuthenticationError | None = None
+        self._refused: KafkaAuthenticationError | KafkaTlsError | None = None
         self._producer = Producer(
             {
                 **settings.client_config(),
@@ -341,9 +341,10 @@ class SessionClient:
                 if first is not None:
                     for m in [first, *self._replies.consume(1000, 0)]:
                         self._on_reply(m)
-            except KafkaAuthenticationError as exc:
-                # The login was refused (e.g. the credentials were revoked): no reply will
-                # come, so every append waiting and every later one fails with it now.
+            except (KafkaAuthenticationError, KafkaTlsError) as exc:
+                # The login was refused (e.g. the credentials were revoked) or the broker's
+                # certificate no longer verifies: no reply will come, so every append waiting
+                # and every later one fails with it now.
                 self._refused = exc
                 self._fail_pending(exc)
             except Exception:
@@ -426,7 +427,7 @@ class SessionClient:
         self._closed.set()
         self._thread.join()
         # Refused: nothing queued can go out, and the appends have that error already.
-        with contextlib.suppress(KafkaAuthenticationError):
+        with contextlib.suppress(KafkaAuthenticationError, KafkaTlsError):
             self._producer.flush(10)
         self._replies.close()
         with self._lock:

@@ -96,6 +96,20 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
+def with_listener(properties: str, name: str, port: int) -> list[str]:
+    """The lines of a node's server.properties with one more listener ``name`` (also its
+    security protocol) on 127.0.0.1:``port``, advertised as such."""
+    lines = []
+    for line in properties.splitlines():
+        key, _, value = line.partition("=")
+        if key in ("listeners", "advertised.listeners"):
+            value = f"{value},{name}://127.0.0.1:{port}"
+        elif key == "listener.security.protocol.map":
+            value = f"{value},{name}:{name}"
+        lines.append(f"{key}={value}")
+    return lines
+
+
 @dataclass(frozen=True)
 class KafkaNode:
     node_id: int

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from deploy.local.errors import LocalStackError
-from deploy.local.kafka import KafkaCluster, KafkaNode
+from deploy.local.kafka import KafkaCluster, KafkaNode, with_listener
 from deploy.local.settings import LocalStackSettings
 
 MECHANISM = "SCRAM-SHA-512"
@@ -53,15 +53,9 @@ class SaslKafkaCluster(KafkaCluster):
 
     def _write_config(self, node: KafkaNode) -> None:
         super()._write_config(node)
-        sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port + node.node_id - 1}"
-        lines = []
-        for line in node.properties.read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key in ("listeners", "advertised.listeners"):
-                value = f"{value},{sasl}"
-            elif key == "listener.security.protocol.map":
-                value = f"{value},SASL_PLAINTEXT:SASL_PLAINTEXT"
-            lines.append(f"{key}={value}")
+        lines = with_listener(
+            node.properties.read_text(), "SASL_PLAINTEXT", self.sasl_port + node.node_id - 1
+        )
         lines += [
             f"sasl.enabled.mechanisms={MECHANISM}",
             # Server side of SCRAM: credentials come from the metadata log, none here.
