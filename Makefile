@@ -28,14 +28,16 @@ check: $(STAMP)
 	$(BIN)/lint-imports
 
 # Validators the manifest tests call (promtool, docker-compose 1.x parses compose files without
-# an engine); installed from Debian's packages when missing and we may, else those tests skip.
+# an engine) and openssl (the TLS test's certificates); installed from Debian's packages when
+# missing and we may, else those tests skip or fail saying what is missing.
 test-tools:
-	@if ! command -v promtool >/dev/null || ! command -v docker-compose >/dev/null; then \
+	@if ! command -v promtool >/dev/null || ! command -v docker-compose >/dev/null \
+	    || ! command -v openssl >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends prometheus docker-compose >/dev/null) \
-	      || echo "warning: could not install promtool/docker-compose; their checks will skip"; \
-	  else echo "note: promtool/docker-compose missing; their checks will skip"; fi; \
+	      --no-install-recommends prometheus docker-compose openssl >/dev/null) \
+	      || echo "warning: could not install promtool/docker-compose/openssl"; \
+	  else echo "note: promtool/docker-compose/openssl missing; their checks will skip or fail"; fi; \
 	fi
 
 test: setup test-tools check
