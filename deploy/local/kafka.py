@@ -334,3 +334,35 @@ class KafkaCluster:
             main,
             *args,
         ]
+
+
+class ExtraListenerCluster(KafkaCluster):
+    """A cluster whose nodes keep their PLAINTEXT listener (the operator's loopback door) and
+    also listen with ``protocol`` on ``extra_port + i``; subclasses add that listener's
+    settings in :meth:`_listener_settings`."""
+
+    protocol = ""  # a Kafka security protocol, also the listener's name
+    label = ""  # how port-conflict messages name the listener
+
+    def __init__(self, settings: LocalStackSettings, extra_port: int) -> None:
+        super().__init__(settings)
+        self.extra_port = extra_port
+
+    def extra_bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{self.extra_port + i}" for i in range(len(self.nodes)))
+
+    def ports(self) -> dict[int, str]:
+        ports = super().ports()
+        for i, node in enumerate(self.nodes):
+            ports[self.extra_port + i] = f"Kafka node {node.node_id} {self.label} listener"
+        return ports
+
+    def _write_config(self, node: KafkaNode) -> None:
+        super()._write_config(node)
+        port = self.extra_port + node.node_id - 1
+        lines = with_listener(node.properties.read_text(), self.protocol, port)
+        lines += self._listener_settings(node)
+        node.properties.write_text("\n".join(lines) + "\n")
+
+    def _listener_settings(self, node: KafkaNode) -> list[str]:
+        return []

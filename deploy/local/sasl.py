@@ -18,13 +18,16 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from deploy.local.errors import LocalStackError
-from deploy.local.kafka import KafkaCluster, KafkaNode, with_listener
+from deploy.local.kafka import ExtraListenerCluster, KafkaNode
 from deploy.local.settings import LocalStackSettings
 
 MECHANISM = "SCRAM-SHA-512"
 
 
-class SaslKafkaCluster(KafkaCluster):
+class SaslKafkaCluster(ExtraListenerCluster):
+    protocol = "SASL_PLAINTEXT"
+    label = "SASL"
+
     def __init__(
         self,
         settings: LocalStackSettings,
@@ -34,29 +37,15 @@ class SaslKafkaCluster(KafkaCluster):
         acls: bool = False,
         super_users: Sequence[str] = (),
     ) -> None:
-        super().__init__(settings)
+        super().__init__(settings, sasl_port)
         if not users:
             raise LocalStackError("a SASL listener needs at least one SCRAM user")
-        self.sasl_port = sasl_port
         self.users = dict(users)
         self.acls = acls
         self.super_users = tuple(super_users)
 
-    def sasl_bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{self.sasl_port + i}" for i in range(len(self.nodes)))
-
-    def ports(self) -> dict[int, str]:
-        ports = super().ports()
-        for i, node in enumerate(self.nodes):
-            ports[self.sasl_port + i] = f"Kafka node {node.node_id} SASL listener"
-        return ports
-
-    def _write_config(self, node: KafkaNode) -> None:
-        super()._write_config(node)
-        lines = with_listener(
-            node.properties.read_text(), "SASL_PLAINTEXT", self.sasl_port + node.node_id - 1
-        )
-        lines += [
+    def _listener_settings(self, node: KafkaNode) -> list[str]:
+        lines = [
             f"sasl.enabled.mechanisms={MECHANISM}",
             # Server side of SCRAM: credentials come from the metadata log, none here.
             "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
@@ -69,7 +58,7 @@ class SaslKafkaCluster(KafkaCluster):
                 f"super.users={';'.join(supers)}",
                 "allow.everyone.if.no.acl.found=false",
             ]
-        node.properties.write_text("\n".join(lines) + "\n")
+        return lines
 
     def _format(self, node: KafkaNode, libs: Path, cluster_id: str) -> None:
         scram: list[str] = []

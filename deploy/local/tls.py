@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.local.errors import LocalStackError
-from deploy.local.kafka import KafkaCluster, KafkaNode, with_listener
+from deploy.local.kafka import ExtraListenerCluster, KafkaNode
 from deploy.local.settings import LocalStackSettings
 
 
@@ -55,29 +55,19 @@ def make_test_ca(directory: Path, name: str = "dsh-test-ca") -> LocalCa:
     return LocalCa(ca_cert=ca_cert, server_cert=cert, server_key=key)
 
 
-class TlsKafkaCluster(KafkaCluster):
+class TlsKafkaCluster(ExtraListenerCluster):
+    protocol = "SSL"
+    label = "TLS"
+
     def __init__(self, settings: LocalStackSettings, *, ssl_port: int, ca: LocalCa) -> None:
-        super().__init__(settings)
-        self.ssl_port = ssl_port
+        super().__init__(settings, ssl_port)
         self.ca = ca
 
-    def ssl_bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{self.ssl_port + i}" for i in range(len(self.nodes)))
-
-    def ports(self) -> dict[int, str]:
-        ports = super().ports()
-        for i, node in enumerate(self.nodes):
-            ports[self.ssl_port + i] = f"Kafka node {node.node_id} TLS listener"
-        return ports
-
-    def _write_config(self, node: KafkaNode) -> None:
-        super()._write_config(node)
-        lines = with_listener(node.properties.read_text(), "SSL", self.ssl_port + node.node_id - 1)
+    def _listener_settings(self, node: KafkaNode) -> list[str]:
         # The key store is one PEM file: the private key, then the certificate chain.
         store = node.home / "ssl-keystore.pem"
         store.write_text(self.ca.server_key.read_text() + self.ca.server_cert.read_text())
-        lines += [
+        return [
             "listener.name.ssl.ssl.keystore.type=PEM",
             f"listener.name.ssl.ssl.keystore.location={store}",
         ]
-        node.properties.write_text("\n".join(lines) + "\n")

@@ -42,7 +42,7 @@ def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsKafkaCl
 
 def _over_tls(cluster: TlsKafkaCluster, ca_file: Path, prefix: str) -> KafkaSettings:
     return KafkaSettings(
-        bootstrap_servers=cluster.ssl_bootstrap_servers(),
+        bootstrap_servers=cluster.extra_bootstrap_servers(),
         topic_prefix=prefix,
         security_protocol="SSL",
         ssl_ca_location=str(ca_file),

@@ -46,7 +46,7 @@ def sasl_settings(
 ) -> KafkaSettings:
     assert isinstance(cluster.kafka, SaslKafkaCluster)
     return KafkaSettings(
-        bootstrap_servers=cluster.kafka.sasl_bootstrap_servers(),
+        bootstrap_servers=cluster.kafka.extra_bootstrap_servers(),
         topic_prefix=prefix,
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="SCRAM-SHA-512",
