@@ -46,13 +46,23 @@ TXN_COMMIT = Histogram(
 TXN_PHASE = Histogram(
     "dsh_writer_transaction_phase_seconds",
     "Time per batch in each phase: validate (decode, core, produce), offsets "
-    "(send_offsets_to_transaction), commit (commit_transaction).",
+    "(send_offsets_to_transaction), commit (commit_transaction); with commit overlap also "
+    "flush (the batch's records acknowledged) and previous (waiting for the transaction "
+    "before it to commit).",
     ["phase"],
     buckets=_LATENCY_BUCKETS,
 )
 PHASE_VALIDATE = TXN_PHASE.labels("validate")
 PHASE_OFFSETS = TXN_PHASE.labels("offsets")
 PHASE_COMMIT = TXN_PHASE.labels("commit")
+PHASE_FLUSH = TXN_PHASE.labels("flush")
+PHASE_PREVIOUS = TXN_PHASE.labels("previous")
+COMMAND_WAIT = Histogram(
+    "dsh_writer_command_wait_seconds",
+    "From a command's record timestamp until the writer took it from the commands topic: "
+    "the part of dsh_writer_append_latency_seconds before any transaction phase.",
+    buckets=_LATENCY_BUCKETS,
+)
 GC_PAUSES = Histogram(
     "dsh_writer_gc_pause_seconds",
     "Cycle-collector runs in the writer process, by generation (2: a full collection).",

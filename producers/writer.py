@@ -401,10 +401,14 @@ class Writer:
         self._last_batch_at = time.monotonic() if wait > 0 else now
         batch = [first, *rest]
         records = []
+        taken_ms = time.time() * 1000
         for m in batch:
             err = m.error()
             if err is None:
                 records.append(m)
+                _, ts = m.timestamp()
+                if ts > 0:
+                    metrics.COMMAND_WAIT.observe(max(0.0, taken_ms - ts) / 1000)
             else:
                 log.warning("consumer error: %s", err)
         if records:
@@ -464,7 +468,10 @@ class Writer:
             # Acknowledged records of this transaction (or its doom, which the commit
             # reports) before the next transaction produces after them.
             producer.flush(_KAFKA_TIMEOUT_S)
+            flushed = time.monotonic()
             self._settle()
+            metrics.PHASE_FLUSH.observe(flushed - sent)
+            metrics.PHASE_PREVIOUS.observe(time.monotonic() - flushed)
             self._committing = _Committing(
                 lane,
                 self._committer.submit(self._commit, producer, records, started, sent),
