@@ -96,20 +96,6 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def with_listener(properties: str, name: str, port: int) -> list[str]:
-    """The lines of a node's server.properties with one more listener ``name`` (also its
-    security protocol) on 127.0.0.1:``port``, advertised as such."""
-    lines = []
-    for line in properties.splitlines():
-        key, _, value = line.partition("=")
-        if key in ("listeners", "advertised.listeners"):
-            value = f"{value},{name}://127.0.0.1:{port}"
-        elif key == "listener.security.protocol.map":
-            value = f"{value},{name}:{name}"
-        lines.append(f"{key}={value}")
-    return lines
-
-
 @dataclass(frozen=True)
 class KafkaNode:
     node_id: int
@@ -359,8 +345,15 @@ class ExtraListenerCluster(KafkaCluster):
 
     def _write_config(self, node: KafkaNode) -> None:
         super()._write_config(node)
-        port = self.extra_port + node.node_id - 1
-        lines = with_listener(node.properties.read_text(), self.protocol, port)
+        address = f"{self.protocol}://127.0.0.1:{self.extra_port + node.node_id - 1}"
+        lines = []
+        for line in node.properties.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key in ("listeners", "advertised.listeners"):
+                value = f"{value},{address}"
+            elif key == "listener.security.protocol.map":
+                value = f"{value},{self.protocol}:{self.protocol}"
+            lines.append(f"{key}={value}")
         lines += self._listener_settings(node)
         node.properties.write_text("\n".join(lines) + "\n")
 
