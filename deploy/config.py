@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import SecretStr, model_validator
+from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from deploy.kafka_errors import FailFast
@@ -20,6 +20,14 @@ from dsh.errors import SessionError, register_error
 @register_error
 class ConfigError(SessionError):
     default_code = "CONFIG"
+
+
+# What librdkafka's ``debug`` property accepts (its CONFIGURATION.md); one string keeps the
+# list on two lines instead of twenty-one.
+LIBRDKAFKA_DEBUG_CONTEXTS = frozenset(
+    "generic broker topic metadata feature queue msg protocol cgrp security fetch interceptor "  # noqa: SIM905
+    "plugin consumer admin eos mock assignor conf telemetry all".split()
+)
 
 
 class StrictSettings(BaseSettings):
@@ -57,6 +65,24 @@ class KafkaSettings(StrictSettings):
     ssl_certificate_location: str | None = None
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
+    # librdkafka's own debug contexts (``cgrp,eos``...), written to the service's stderr: what
+    # a group or transaction coordinator answered, and when, is nowhere else to be seen.
+    debug: str | None = None
+
+    @field_validator("debug")
+    @classmethod
+    def _known_debug_contexts(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        contexts = [c.strip() for c in value.split(",") if c.strip()]
+        unknown = sorted(set(contexts) - LIBRDKAFKA_DEBUG_CONTEXTS)
+        if unknown or not contexts:
+            raise ConfigError(
+                f"DSH_KAFKA_DEBUG: unknown librdkafka debug context(s) {unknown or value!r}; "
+                f"known: {', '.join(sorted(LIBRDKAFKA_DEBUG_CONTEXTS))}",
+                code="BAD_KAFKA_DEBUG",
+            )
+        return ",".join(contexts)
 
     def client_config(self) -> dict[str, Any]:
         """The librdkafka settings shared by every producer, consumer and admin client, with
@@ -83,6 +109,7 @@ class KafkaSettings(StrictSettings):
             "ssl.certificate.location": self.ssl_certificate_location,
             "ssl.key.location": self.ssl_key_location,
             "ssl.key.password": self.ssl_key_password,
+            "debug": self.debug,
         }
         for key, value in optional.items():
             if value is not None:

@@ -74,6 +74,10 @@ def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
         if isinstance(value, SecretStr):
             value = value.get_secret_value()
         env[f"DSH_KAFKA_{name.upper()}"] = str(value)
+    # librdkafka's debug log in the services' logs, to see what a coordinator answered when.
+    debug = os.environ.get("DSH_RELIABILITY_KAFKA_DEBUG")
+    if debug:
+        env["DSH_KAFKA_DEBUG"] = debug
     return env
 
 

@@ -44,6 +44,19 @@ def test_a_refused_login_reported_by_librdkafka_raises_the_typed_error() -> None
     assert "writer" in refused.value.message and "invalid" in refused.value.message
 
 
+def test_librdkafka_debug_contexts_are_checked_before_any_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DSH_KAFKA_DEBUG", "cgrp, eos")
+    assert KafkaSettings().client_config()["debug"] == "cgrp,eos"
+    assert "debug" not in KafkaSettings(debug=None).client_config()
+    for bad in ("cgrp,transactions", " , "):
+        monkeypatch.setenv("DSH_KAFKA_DEBUG", bad)
+        with pytest.raises(ConfigError) as info:
+            KafkaSettings()
+        assert info.value.code == "BAD_KAFKA_DEBUG"
+
+
 def test_a_misspelt_variable_is_an_error_not_a_silent_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
