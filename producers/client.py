@@ -407,7 +407,7 @@ class SessionClient:
 
     def read(self, session_id: str, timeout: float | None = None) -> dsh.Session:
         """The session restored from the events topic, as committed now."""
-        reader = reader_consumer(self.settings)
+        reader = reader_consumer(self.settings, topics=(self._events,))
         try:
             return read_session(
                 reader,

@@ -195,8 +195,7 @@ class Writer:
         self._producer = self._producers[0]
         if lanes > 1:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="dsh-commit")
-        self._reader = reader_consumer(self.kafka)
-        self._probe = reader_consumer(self.kafka, "read_uncommitted")
+        self._reader, self._probe = self._new_readers()
         self._consumer = Consumer(
             {
                 **self.kafka.client_config(),
@@ -300,8 +299,15 @@ class Writer:
         for c in (self._reader, self._probe):
             if c is not None:
                 c.close()
-        self._reader = reader_consumer(self.kafka)
-        self._probe = reader_consumer(self.kafka, "read_uncommitted")
+        self._reader, self._probe = self._new_readers()
+
+    def _new_readers(self) -> tuple[Consumer, Consumer]:
+        """The restore's reader (read_committed) and its watermark probe (read_uncommitted)."""
+        topics = (self.topics.events, self.topics.snapshots)
+        return (
+            reader_consumer(self.kafka, topics=topics),
+            reader_consumer(self.kafka, "read_uncommitted", topics=topics),
+        )
 
     def _restore_once(
         self, partitions: list[TopicPartition], restored: set[int]
