@@ -24,6 +24,7 @@ from confluent_kafka import (
 
 import dsh
 from deploy.config import KafkaSettings
+from deploy.topics import fetched
 from dsh.errors import SessionError
 from producers.rejections import DEFAULT_SLOTS, Rejections, Slot, is_slot_key
 from producers.state import (
@@ -108,15 +109,7 @@ def read_partition(
                     f"{topic}[{partition}]: stuck at offset {position} of {end} for "
                     f"{timeout_s:.0f}s (a transaction left open?)"
                 )
-            # What is already fetched, without waiting; only an empty queue blocks, and poll
-            # returns at the first record or end-of-partition event. ``consume(500, t)`` would
-            # wait out all of ``t`` for a batch the partition's tail never fills: 200 ms of
-            # every restore went there.
-            batch = consumer.consume(500, 0)
-            if not batch:
-                one = consumer.poll(0.2)
-                batch = [one] if one is not None else []
-            for message in batch:
+            for message in fetched(consumer, 500, 0.2):
                 err = message.error()
                 if err is None:
                     if message.offset() < end:  # type: ignore[operator]

@@ -22,6 +22,7 @@ the export (naming its partition and offset) instead of reaching the files.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import io
@@ -39,6 +40,7 @@ from typing import IO, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from deploy.config import KafkaSettings
+from deploy.topics import fetched
 from dsh.errors import SessionError, register_error
 from dsh.formats.jsonl import fsync_directory, replace_atomically
 from schemas import SESSION_EVENT, EventRecord, decode_event, default_store
@@ -339,11 +341,15 @@ def _read(
     pending = {p: r for p, r in ranges.items() if r[0] < r[1]}
     if not pending:
         return
+    # Its metadata first: for an assigned topic it does not know, librdkafka asks only at its
+    # next periodic scan, a second later.
+    with contextlib.suppress(KafkaException):
+        consumer.list_topics(topic, timeout=timeout_s)
     consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in pending.items()])
     deadline = time.monotonic() + timeout_s
     while pending:
         moved = False
-        for m in consumer.consume(1000, 0.2):
+        for m in fetched(consumer, 1000, 0.2):
             err = m.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:

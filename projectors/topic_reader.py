@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from deploy.config import KafkaSettings
-from deploy.topics import partition_for
+from deploy.topics import fetched, partition_for
 from projectors.records import Poison, Record, decode
 
 
@@ -65,13 +65,13 @@ def scan_partitions(
         )
         deadline = time.monotonic() + timeout_s
         while pending:
-            first = consumer.poll(0.1)
-            if first is None:
+            batch = fetched(consumer, 1000, 0.1)
+            if not batch:
                 if time.monotonic() > deadline:
                     raise KafkaException(f"no end of {topic}{sorted(pending)} in {timeout_s}s")
                 continue
             deadline = time.monotonic() + timeout_s
-            for message in (first, *consumer.consume(1000, 0)):
+            for message in batch:
                 error = message.error()
                 p = message.partition() or 0
                 if error is not None:
