@@ -429,6 +429,9 @@ class SessionClient:
         # Refused: nothing queued can go out, and the appends have that error already.
         with contextlib.suppress(KafkaAuthenticationError, KafkaTlsError):
             self._producer.flush(10)
+        # Now, not whenever the collector gets to this client: until then its threads would
+        # go on connecting to the brokers.
+        self._producer.close()
         self._replies.close()
         with self._lock:
             pending = list(self._pending.items())

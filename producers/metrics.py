@@ -83,6 +83,17 @@ RESTORE_SECONDS = Histogram(
     "Time to restore one partition's sessions from the log.",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
+OFFSETS_WAIT_SECONDS = Histogram(
+    "dsh_writer_offsets_wait_seconds",
+    "Time an assignment or recovery waited for the committed command offsets to be stable "
+    "(a previous owner's open transaction holds them until it ends).",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120),
+)
+OWNERS_FENCED = Counter(
+    "dsh_writer_owners_fenced_total",
+    "Transactional ids of writers that left the group with a transaction open, fenced by a "
+    "new owner of their partitions so that it is aborted now.",
+)
 SNAPSHOTS = Counter(
     "dsh_writer_snapshots_total", "Session snapshots written, or skipped as too large.", ["result"]
 )

@@ -27,6 +27,9 @@ class WriterSettings(StrictSettings):
     transaction_timeout_ms: Annotated[int, Field(ge=1000)] = 30_000
     # A restore waits for transactions a dead owner left open; they end at its timeout.
     restore_timeout_ms: Annotated[int, Field(ge=1000)] = 120_000
+    # After this long waiting for such a transaction, fence the writers that hold it and have
+    # left the group, so it is aborted at once (producers/takeover.py). 0: wait it out.
+    fence_after_ms: Annotated[int, Field(ge=0)] = 2_000
     # Events per session between snapshots (0: never). A snapshot holds the whole session.
     snapshot_every: Annotated[int, Field(ge=0)] = 1000
     # Events per partition between checkpoints (0: never): a checkpoint snapshots every
@@ -66,6 +69,8 @@ class WriterSettings(StrictSettings):
     # "acme=<key>": a command must carry a tenant credential allowing its session id. Empty: off.
     tenant_prefixes: str = ""
     tenant_keys: SecretStr = SecretStr("")
-    # Test-only fault injection, e.g. "stop-before-produce:<request id>": the process SIGSTOPs
-    # itself in the middle of the batch that holds that request, to make zombies on purpose.
+    # Test-only fault injection, "stop-before-produce:<request id>" or
+    # "stop-before-commit:<request id>": the process SIGSTOPs itself in the middle of the batch
+    # that holds that request (before its records, or with its offsets sent), to make zombies
+    # and dead owners with open transactions on purpose.
     failpoint: str = ""

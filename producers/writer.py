@@ -55,6 +55,7 @@ from producers.restore import (
 )
 from producers.settings import WriterSettings
 from producers.state import Limits, Outcome, PartitionState, use_interpreters
+from producers.takeover import fence_stuck_owners, lane_id, offsets_metadata
 from producers.tenancy import Tenancy
 from producers.wire import committed_reply, event_wire
 from schemas import (
@@ -147,6 +148,10 @@ class Writer:
         self._consumer: Consumer | None = None
         self._reader: Consumer | None = None
         self._probe: Consumer | None = None
+        # Reads the group's committed offsets without waiting for open transactions.
+        self._peek: Consumer | None = None
+        self._offsets_metadata = ""  # names this writer with the offsets it commits
+        self._stop_before_commit = False  # failpoint "stop-before-commit" hit in this batch
         self._partition_count = 0
         self._reply_partitions = 0
         self._callback_error: Exception | None = None
@@ -189,6 +194,7 @@ class Writer:
         self._reply_partitions = counts[t.replies]
         s = self.settings
         lanes = 2 if s.overlap_commits else 1
+        self._offsets_metadata = offsets_metadata(self.transactional_id, lanes)
         self._producers = [self._new_producer(i) for i in range(lanes)]
         for producer in self._producers:
             producer.init_transactions(_KAFKA_TIMEOUT_S)
@@ -196,9 +202,21 @@ class Writer:
         if lanes > 1:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="dsh-commit")
         self._reader, self._probe = self._new_readers()
+        self._peek = Consumer(
+            {
+                **self.kafka.client_config(),
+                "group.id": s.group_id,
+                "isolation.level": "read_uncommitted",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+            }
+        )
         self._consumer = Consumer(
             {
                 **self.kafka.client_config(),
+                # The group's member list is how a new owner tells a live writer from a dead
+                # one (producers/takeover.py).
+                "client.id": self.transactional_id,
                 "group.id": s.group_id,
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
@@ -225,7 +243,7 @@ class Writer:
         )
 
     def _lane_id(self, lane: int) -> str:
-        return self.transactional_id if lane == 0 else f"{self.transactional_id}-{lane}"
+        return lane_id(self.transactional_id, lane)
 
     def _new_producer(self, lane: int) -> Producer:
         s = self.settings
@@ -255,7 +273,7 @@ class Writer:
                 self._consumer.close()  # leaves the group now, so a successor needn't wait
             except KafkaException as exc:
                 log.warning("closing the group consumer: %s", exc)
-        for c in (self._reader, self._probe):
+        for c in (self._reader, self._probe, self._peek):
             if c is not None:
                 c.close()
         self.partitions.clear()
@@ -317,7 +335,7 @@ class Writer:
         timeout = self.settings.restore_timeout_ms / 1000
         # Waits for offsets a previous owner's transaction still has pending (the fetch asks
         # for stable offsets under read_committed), so we resume where the log really is.
-        committed = self._consumer.committed(
+        committed = self._stable_offsets(
             [TopicPartition(self.topics.commands, tp.partition) for tp in partitions], timeout
         )
         for tp in committed:
@@ -353,6 +371,42 @@ class Writer:
             )
             for tp in committed
         ]
+
+    def _stable_offsets(
+        self, partitions: list[TopicPartition], timeout: float
+    ) -> list[TopicPartition]:
+        """The committed offsets, once no open transaction holds them (the fetch asks for
+        stable offsets under read_committed). Past ``fence_after_ms`` the writers holding them
+        that have left the group are fenced, which aborts their transactions now instead of
+        at their timeout (producers/takeover.py)."""
+        assert self._consumer is not None and self._peek is not None
+        asked = time.monotonic()
+        fence_after = self.settings.fence_after_ms / 1000
+        try:
+            if 0 < fence_after < timeout:
+                try:
+                    return self._consumer.committed(partitions, fence_after)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError._TIMED_OUT:
+                        raise
+                fence_stuck_owners(
+                    self.kafka,
+                    self.settings.group_id,
+                    self.transactional_id,
+                    self._peek,
+                    partitions,
+                    self.settings.transaction_timeout_ms,
+                )
+            return self._consumer.committed(partitions, timeout)
+        finally:
+            waited = time.monotonic() - asked
+            metrics.OFFSETS_WAIT_SECONDS.observe(waited)
+            if waited >= 1.0:
+                log.info(
+                    "waited %.1fs for stable committed offsets of partitions %s",
+                    waited,
+                    _ids(partitions),
+                )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not partitions:
@@ -462,11 +516,17 @@ class Writer:
                     )
                 )
             producer.send_offsets_to_transaction(
-                [TopicPartition(self.topics.commands, p, o) for p, o in offsets.items()],
+                [
+                    TopicPartition(self.topics.commands, p, o, metadata=self._offsets_metadata)
+                    for p, o in offsets.items()
+                ],
                 group,
                 _KAFKA_TIMEOUT_S,
             )
             sent = time.monotonic()
+            if self._stop_before_commit:
+                self._stop_before_commit = False
+                self._failpoint_stop("committing")
             if self._committer is None:
                 self._commit(producer, records, started, sent)
                 self._committed(lane, offsets)
@@ -955,11 +1015,21 @@ class Writer:
 
     def _maybe_stop(self, command: AppendCommand) -> None:
         kind, _, request_id = self._failpoint.partition(":")
-        if kind == "stop-before-produce" and request_id == command.request_id:
+        if request_id != command.request_id:
+            return
+        if kind == "stop-before-produce":
             self._failpoint = ""
-            log.warning("failpoint: stopping before producing request %s", request_id)
-            os.kill(os.getpid(), signal.SIGSTOP)
-            log.warning("failpoint: resumed")
+            self._failpoint_stop(f"producing request {request_id}")
+        elif kind == "stop-before-commit":
+            # After the batch's offsets went to its transaction: they stay pending.
+            self._failpoint = ""
+            self._stop_before_commit = True
+
+    @staticmethod
+    def _failpoint_stop(before: str) -> None:
+        log.warning("failpoint: stopping before %s", before)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        log.warning("failpoint: resumed")
 
 
 _REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))

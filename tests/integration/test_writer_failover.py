@@ -17,7 +17,7 @@ from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
 from deploy.topics import partition_for
 from producers import AppendTimeoutError, SessionClient
-from tests.integration.writer_support import PARTITIONS, WriterProcess, user, wait_for
+from tests.integration.writer_support import PARTITIONS, WriterProcess, split, user, wait_for
 
 ALL = list(range(PARTITIONS))
 
@@ -45,11 +45,6 @@ def _sessions(per_partition: int) -> list[str]:
     return [sid for p in ALL for sid in by_partition[p]]
 
 
-def _split(a: WriterProcess, b: WriterProcess) -> bool:
-    oa, ob = a.owned(), b.owned()
-    return bool(oa) and bool(ob) and sorted((oa or []) + (ob or [])) == ALL
-
-
 def _check_log(client: SessionClient, acked: dict[str, list[tuple[int, str]]]) -> None:
     for sid, acks in acked.items():
         events = client.read(sid).events()
@@ -70,7 +65,7 @@ def test_sigkill_one_writer_mid_load_loses_and_duplicates_nothing(
     acked: dict[str, list[tuple[int, str]]] = {}
     retried = [0]
     try:
-        wait_for(lambda: _split(a, b), 60, "two writers splitting the partitions")
+        wait_for(lambda: split(a, b), 60, "two writers splitting the partitions")
         victim_partitions = a.owned() or []
         with SessionClient(settings=topics, timeout=3) as client:
 
@@ -131,7 +126,7 @@ def test_a_paused_writer_that_lost_its_partitions_cannot_publish(
     )
     b = WriterProcess(topics, tmp_path / "b.log", **settings)
     try:
-        wait_for(lambda: _split(a, b), 60, "two writers splitting the partitions")
+        wait_for(lambda: split(a, b), 60, "two writers splitting the partitions")
         owned_by_a = a.owned() or []
         sid = next(s for s in _sessions(1) if partition_for(s, PARTITIONS) in owned_by_a)
         with SessionClient(settings=topics, timeout=60) as client:
@@ -159,7 +154,7 @@ def test_a_paused_writer_that_lost_its_partitions_cannot_publish(
                 "after",
             ]
             # And after rejoining the group, both writers serve appends correctly again.
-            wait_for(lambda: _split(a, b), 60, "the partitions split again")
+            wait_for(lambda: split(a, b), 60, "the partitions split again")
             assert client.append(sid, "user/message", user("later"), surface_op="append").seq == 5
         assert "failpoint: resumed" in a.log()
     finally:

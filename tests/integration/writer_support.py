@@ -241,6 +241,12 @@ class WriterProcess:
         self._log.close()
 
 
+def split(a: WriterProcess, b: WriterProcess) -> bool:
+    """Both writers own partitions, and together all of them."""
+    oa, ob = a.owned(), b.owned()
+    return bool(oa) and bool(ob) and sorted((oa or []) + (ob or [])) == list(range(PARTITIONS))
+
+
 def events_end_offsets(kafka: KafkaSettings) -> list[int]:
     """The end (high watermark, uncommitted included) of every events partition."""
     probe = reader_consumer(kafka, "read_uncommitted")
