@@ -14,9 +14,7 @@ Run against a broker you started (`dsh up`):
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import time
 import uuid
@@ -26,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bench.writer_bench import message, percentile, start_writer
+from bench.writer_bench import bench_parser, message, percentile, start_writer
 from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
 from deploy.topics import ensure_topics, partition_for
@@ -117,12 +115,7 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--bootstrap", default=os.environ.get("DSH_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--sessions", type=int, default=20, help="sessions in the partition")
     parser.add_argument("--events", type=int, default=100, help="events per session")

@@ -386,13 +386,19 @@ def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, 
     }
 
 
-def main() -> int:
+def bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments every Kafka benchmark takes: ``--bootstrap``."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--bootstrap", default=os.environ.get("DSH_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
     )
+    return parser
+
+
+def main() -> int:
+    parser = bench_parser(__doc__)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--sessions", type=int, default=256)
     parser.add_argument("--window", type=int, default=4000)

@@ -17,7 +17,14 @@ from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
 from deploy.topics import partition_for
 from producers import AppendTimeoutError, SessionClient
-from tests.integration.writer_support import PARTITIONS, WriterProcess, split, user, wait_for
+from tests.integration.writer_support import (
+    PARTITIONS,
+    WriterProcess,
+    split,
+    stop_mid_batch,
+    user,
+    wait_for,
+)
 
 ALL = list(range(PARTITIONS))
 
@@ -127,16 +134,9 @@ def test_a_paused_writer_that_lost_its_partitions_cannot_publish(
     b = WriterProcess(topics, tmp_path / "b.log", **settings)
     try:
         wait_for(lambda: split(a, b), 60, "two writers splitting the partitions")
-        owned_by_a = a.owned() or []
-        sid = next(s for s in _sessions(1) if partition_for(s, PARTITIONS) in owned_by_a)
         with SessionClient(settings=topics, timeout=60) as client:
-            for i in range(3):
-                client.append(sid, "user/message", user(f"warm-{i}"), surface_op="append")
             # A takes this command into a transaction, then stops before producing it.
-            held = client.append_async(
-                sid, "user/message", user("zombie-1"), surface_op="append", request_id="zombie-1"
-            )
-            wait_for(a.stopped, 20, "the writer stopping itself mid-batch")
+            sid, held = stop_mid_batch(client, a, "zombie-1")
             wait_for(lambda: b.owned() == ALL, 60, "the other writer taking over")
             # B answers the same command from the commands log, A's offsets never committed.
             assert held.result(60).seq == 3

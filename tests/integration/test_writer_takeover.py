@@ -11,14 +11,19 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from deploy.config import KafkaSettings
-from deploy.topics import partition_for
 from producers import SessionClient
 from producers.takeover import (
     fence_stuck_owners,
     offsets_metadata,
     parse_offsets_metadata,
 )
-from tests.integration.writer_support import PARTITIONS, WriterProcess, split, user, wait_for
+from tests.integration.writer_support import (
+    PARTITIONS,
+    WriterProcess,
+    split,
+    stop_mid_batch,
+    wait_for,
+)
 
 ALL = list(range(PARTITIONS))
 
@@ -112,17 +117,9 @@ def test_a_dead_owners_open_transaction_is_fenced_not_waited_out(
     b = WriterProcess(topics, tmp_path / "b.log", **settings)
     try:
         wait_for(lambda: split(a, b), 60, "two writers splitting the partitions")
-        owned_by_a = a.owned() or []
-        sid = next(
-            f"s-{i}" for i in range(1000) if partition_for(f"s-{i}", PARTITIONS) in owned_by_a
-        )
         with SessionClient(settings=topics, timeout=60) as client:
-            for i in range(3):
-                client.append(sid, "user/message", user(f"warm-{i}"), surface_op="append")
-            held = client.append_async(
-                sid, "user/message", user("dead-1"), surface_op="append", request_id="dead-1"
-            )
-            wait_for(a.stopped, 20, "the writer stopping with its offsets sent, uncommitted")
+            # A stops with the batch's offsets sent to its transaction, uncommitted.
+            sid, held = stop_mid_batch(client, a, "dead-1")
             a.process.send_signal(signal.SIGKILL)
             a.process.wait(10)
             wait_for(lambda: b.owned() == ALL, 40, "the other writer taking every partition")

@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from confluent_kafka import TopicPartition
 
 import dsh
 from deploy.config import KafkaSettings
+from deploy.topics import partition_for
+from producers import SessionClient
 from producers.restore import reader_consumer
 from producers.settings import WriterSettings
 from producers.writer import Writer
@@ -239,6 +242,23 @@ class WriterProcess:
             self.process.kill()
             self.process.wait(10)
         self._log.close()
+
+
+def stop_mid_batch(
+    client: SessionClient, victim: WriterProcess, request_id: str
+) -> tuple[str, Future[Any]]:
+    """A session of the victim's partitions with three events (``warm-0..2``), then an append
+    with ``request_id``, which the victim's failpoint stops it on. Returns the session and
+    that append's future."""
+    owned = victim.owned() or []
+    sid = next(f"s-{i}" for i in range(1000) if partition_for(f"s-{i}", PARTITIONS) in owned)
+    for i in range(3):
+        client.append(sid, "user/message", user(f"warm-{i}"), surface_op="append")
+    held = client.append_async(
+        sid, "user/message", user(request_id), surface_op="append", request_id=request_id
+    )
+    wait_for(victim.stopped, 20, f"the writer stopping itself at {request_id}")
+    return sid, held
 
 
 def split(a: WriterProcess, b: WriterProcess) -> bool:
