@@ -689,6 +689,15 @@ class Writer:
             log.warning("transaction failed fatally: %s", err)
             self._replace_producer(lane, err)
             return
+        if err is not None and err.code() == KafkaError._TIMED_OUT:
+            # The coordinator did not answer in time (it is moving, or gone): by the time it
+            # does, it has often aborted the transaction for its own timeout, and an abort
+            # then blocks and fails fatally with INVALID_TXN_STATE (librdkafka #3297; 6 s in
+            # the broker-kill runs). A new producer's init_transactions ends the transaction
+            # either way, as soon as a coordinator answers.
+            log.warning("transaction timed out: %s", err)
+            self._replace_producer(lane, err)
+            return
         if err is not None:
             log.warning("transaction aborted: %s", err)
         try:
