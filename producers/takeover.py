@@ -109,7 +109,9 @@ def fence_stuck_owners(
         if not owners:
             return []
         alive = live_members(kafka, group_id)
-    except KafkaException as exc:
+    except (KafkaException, TimeoutError) as exc:
+        # TimeoutError: the group description's future, while a coordinator moves. Raised out
+        # of here it would end the writer from inside its assignment callback.
         log.warning("could not tell who holds the offsets of %s: %s", _ids(partitions), exc)
         return []
     fenced: list[str] = []
