@@ -23,6 +23,11 @@ class WriterSettings(StrictSettings):
     batch_max_commands: Annotated[int, Field(ge=1)] = 1000
     poll_timeout_ms: Annotated[int, Field(ge=1)] = 100
     session_timeout_ms: Annotated[int, Field(ge=1000)] = 10_000
+    # How often the group consumer heartbeats: it is how a writer learns that a rebalance has
+    # begun (another writer left or joined), so during a deploy it bounds how long moving
+    # partitions wait, twice per handover under the cooperative protocol. Capped at a third of
+    # the session timeout. A heartbeat is one small request per writer per interval.
+    heartbeat_interval_ms: Annotated[int, Field(ge=100)] = 500
     max_poll_interval_ms: Annotated[int, Field(ge=1000)] = 300_000
     transaction_timeout_ms: Annotated[int, Field(ge=1000)] = 30_000
     # A restore waits for transactions a dead owner left open; they end at its timeout.

@@ -224,7 +224,7 @@ class Writer:
                 "auto.offset.reset": "earliest",
                 "partition.assignment.strategy": "cooperative-sticky",
                 "session.timeout.ms": s.session_timeout_ms,
-                "heartbeat.interval.ms": max(100, s.session_timeout_ms // 4),
+                "heartbeat.interval.ms": min(s.heartbeat_interval_ms, s.session_timeout_ms // 3),
                 "max.poll.interval.ms": s.max_poll_interval_ms,
                 **TAIL_FETCH_WAIT,
             }
