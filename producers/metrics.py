@@ -70,6 +70,11 @@ GC_PAUSES = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 TXN_ABORTS = Counter("dsh_writer_transaction_aborts_total", "Transactions aborted.")
+TXN_PRODUCED_AGAIN = Counter(
+    "dsh_writer_transactions_produced_again_total",
+    "Aborted transactions whose records went out again in a new transaction, instead of a "
+    "restore, because only the group's generation had moved.",
+)
 PRODUCER_REPLACEMENTS = Counter(
     "dsh_writer_producer_replacements_total",
     "New producers (same transactional id) after a fatal producer error that was no fencing.",

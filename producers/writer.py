@@ -5,7 +5,9 @@ One loop, one thread: poll a batch of commands, validate each against the in-mem
 produce events + replies (+ snapshots), send the command offsets with the group metadata
 (KIP-447: a writer that lost the partition is fenced there), commit. Rebalance callbacks run
 inside ``poll``, between transactions, so a partition is never revoked mid-batch. Any abort or
-doubt drops the in-memory state and restores it from the log.
+doubt drops the in-memory state and restores it from the log — except a transaction refused
+only because the group's generation moved on (another writer joined or left): the records it
+held are produced again in a new transaction, for the partitions still owned.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -86,13 +89,32 @@ _BACKOFF_MAX_S = 5.0
 _MAX_REPLACEMENTS = 5
 
 
+# One record of a transaction, as produced: (commands partition it serves, topic, value, key,
+# partition (-1: the partitioner's choice), headers).
+_Headers: TypeAlias = list[tuple[str, str | bytes | None]]
+_Produced: TypeAlias = tuple[int, str, bytes | None, bytes | None, int, _Headers]
+
+
+@dataclass(frozen=True)
+class _Transaction:
+    """What a transaction holds: its command offsets and every record it produced, in order, so
+    that it can be produced again when only the group's generation made it fail."""
+
+    lane: int  # index of its producer
+    offsets: dict[int, int]
+    journal: list[_Produced]
+
+
 @dataclass(frozen=True)
 class _Committing:
     """A transaction whose commit runs on the commit thread while the next one is built."""
 
-    lane: int  # index of its producer
+    txn: _Transaction
     done: Future[None]
-    offsets: dict[int, int]
+
+    @property
+    def lane(self) -> int:
+        return self.txn.lane
 
 
 @dataclass(frozen=True)
@@ -144,7 +166,9 @@ class Writer:
         self._open: set[int] = set()  # producers with a transaction begun and not ended
         self._committing: _Committing | None = None
         self._committer: ThreadPoolExecutor | None = None
-        self._deferred: tuple[KafkaException, int] | None = None  # a failure seen in a callback
+        # A commit that failed in a rebalance callback, recovered once poll returns.
+        self._deferred: tuple[KafkaException, _Committing] | None = None
+        self._building: _Transaction | None = None  # the transaction _process is building
         self._consumer: Consumer | None = None
         self._reader: Consumer | None = None
         self._probe: Consumer | None = None
@@ -448,8 +472,12 @@ class Writer:
         if self._callback_error is not None:
             raise self._callback_error
         if self._deferred is not None:
-            (exc, lane), self._deferred = self._deferred, None
-            self._recover(exc, lane)
+            (exc, failed), self._deferred = self._deferred, None
+            self._committing = failed  # _recover reads its failure again
+            if self._recover(exc, failed.lane):
+                # Every owned partition was rewound to its committed offset: this record,
+                # fetched before, comes again in order after the commands before it.
+                return
         if first is None:
             return
         # poll returns as soon as one record is there; drain what is already fetched without
@@ -483,7 +511,8 @@ class Writer:
         assert self._consumer is not None
         lane = self._turn
         producer = self._producer = self._producers[lane]
-        offsets: dict[int, int] = {}
+        txn = self._building = _Transaction(lane, {}, [])
+        offsets = txn.offsets
         begun = time.monotonic()
         try:
             producer.begin_transaction()
@@ -498,6 +527,7 @@ class Writer:
                 offsets[p] = m.offset() + 1  # type: ignore[index,operator]
                 handled += 1
             if not offsets:
+                self._building = None
                 producer.abort_transaction(_KAFKA_TIMEOUT_S)
                 self._open.discard(lane)
                 return
@@ -529,6 +559,7 @@ class Writer:
                 self._failpoint_stop("committing")
             if self._committer is None:
                 self._commit(producer, records, started, sent)
+                self._building = None
                 self._committed(lane, offsets)
                 return
             # Acknowledged records of this transaction (or its doom, which the commit
@@ -539,10 +570,9 @@ class Writer:
             metrics.PHASE_FLUSH.observe(flushed - sent)
             metrics.PHASE_PREVIOUS.observe(time.monotonic() - flushed)
             self._committing = _Committing(
-                lane,
-                self._committer.submit(self._commit, producer, records, started, sent),
-                offsets,
+                txn, self._committer.submit(self._commit, producer, records, started, sent)
             )
+            self._building = None
             self._turn = (lane + 1) % len(self._producers)
         except KafkaException as exc:
             self._recover(exc, lane)
@@ -592,9 +622,9 @@ class Writer:
             except KafkaException:
                 self._committing = committing  # _recover reads its failure again
                 raise
-            self._committed(committing.lane, committing.offsets)
+            self._committed(committing.lane, committing.txn.offsets)
 
-    def _settle_quietly(self) -> tuple[KafkaException, int] | None:
+    def _settle_quietly(self) -> tuple[KafkaException, _Committing] | None:
         """:meth:`_settle` for callbacks and shutdown: a failure is returned, not raised."""
         committing = self._committing
         try:
@@ -602,7 +632,7 @@ class Writer:
         except KafkaException as exc:
             assert committing is not None
             self._committing = None
-            return exc, committing.lane
+            return exc, committing
         return None
 
     def _settle_or_recover(self) -> None:
@@ -622,13 +652,21 @@ class Writer:
             except KafkaException as exc:
                 log.error("abort failed: %s", exc)
 
-    def _recover(self, exc: KafkaException, lane: int) -> None:
-        """Abort, then trust nothing in memory: restore every owned partition from the log and
-        rewind the commands to the committed offsets.
+    def _recover(self, exc: KafkaException, lane: int) -> bool:
+        """End the failed transactions, then either produce their records again or trust
+        nothing in memory: restore every owned partition from the log and rewind the commands
+        to the committed offsets. Returns whether it rewound.
 
         ``lane`` is the producer whose transaction was open when ``exc`` was raised; ``exc`` may
         also be the failure of the transaction committing on the other producer. That one is
         waited for first: if it committed, the restore reads it back.
+
+        A transaction refused only because the group's generation moved on (a writer joined
+        or left while it committed; every rebalance does it to some transaction in flight) is
+        produced again, records and offsets, with the new generation: what was validated
+        still holds, since nobody else writes the partitions this writer still owns. Records
+        of partitions it no longer owns are dropped; their next owner serves those commands
+        from the committed offsets.
 
         A fenced producer (see :func:`fenced`) stops the writer. Any other fatal producer
         error — an abort failing with INVALID_TXN_STATE while a killed broker's transaction
@@ -640,16 +678,21 @@ class Writer:
         generation, so a writer that lost its partitions meanwhile publishes nothing."""
         assert self._consumer is not None
         failures: dict[int, KafkaException] = {}
+        failed: list[_Transaction] = []  # in commit order
         committing, self._committing = self._committing, None
         if committing is not None:
             try:
                 committing.done.result()
             except KafkaException as commit_exc:
                 failures[committing.lane] = commit_exc
+                failed.append(committing.txn)
             else:  # committed: the restore below reads it back
-                self._committed(committing.lane, committing.offsets)
+                self._committed(committing.lane, committing.txn.offsets)
         if not any(f is exc for f in failures.values()):
             failures[lane] = exc
+        building, self._building = self._building, None
+        if building is not None:
+            failed.append(building)  # it cannot commit without the one before it
         metrics.TXN_ABORTS.inc()
         for failure in failures.values():
             err: KafkaError = failure.args[0]
@@ -659,10 +702,14 @@ class Writer:
         for open_lane in sorted(self._open | failures.keys()):
             lane_failure = failures.get(open_lane)
             self._end_transaction(open_lane, lane_failure.args[0] if lane_failure else None)
+        if all(_stale_generation(f.args[0]) for f in failures.values()) and self._produce_again(
+            failed
+        ):
+            return False
         owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
         self.partitions.clear()
         if not owned:
-            return
+            return True
         for tp in self._restore(owned):
             try:
                 self._consumer.seek(tp)
@@ -681,6 +728,64 @@ class Writer:
                     seek_exc,
                     extra={"partition": tp.partition},
                 )
+        return True
+
+    def _produce_again(self, failed: list[_Transaction]) -> bool:
+        """One new transaction with the records and offsets of ``failed`` (aborted, in commit
+        order) that belong to partitions this writer still owns, sent with the group's
+        current generation. False if it could not commit: the caller restores instead."""
+        assert self._consumer is not None
+        owned = self.partitions.keys()
+        offsets: dict[int, int] = {}
+        for txn in failed:
+            offsets.update((p, o) for p, o in txn.offsets.items() if p in owned)
+        if not offsets:
+            return True  # none of it is this writer's any more: the next owners serve it
+        records = [r for txn in failed for r in txn.journal if r[0] in owned]
+        lane = self._turn
+        for attempt in range(3):
+            group = self._consumer.consumer_group_metadata()
+            if unfenced(group):
+                return False
+            producer = self._producers[lane]
+            try:
+                producer.begin_transaction()
+                self._open.add(lane)
+                for _, topic, value, key, partition, headers in records:
+                    producer.produce(
+                        topic, value=value, key=key, partition=partition, headers=headers
+                    )
+                producer.send_offsets_to_transaction(
+                    [
+                        TopicPartition(self.topics.commands, p, o, metadata=self._offsets_metadata)
+                        for p, o in offsets.items()
+                    ],
+                    group,
+                    _KAFKA_TIMEOUT_S,
+                )
+                producer.commit_transaction(_KAFKA_TIMEOUT_S)
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if fenced(err, shared_id=self._shared_id):
+                    raise WriterFencedError(f"writer {self.transactional_id}: {err.str()}") from exc
+                self._end_transaction(lane, err)
+                if not _stale_generation(err) or attempt == 2:
+                    return False
+                time.sleep(0.05 * (attempt + 1))  # the consumer is still joining the new one
+                continue
+            self._open.discard(lane)
+            for txn in failed:
+                self._committed(txn.lane, txn.offsets)
+            metrics.TXN_PRODUCED_AGAIN.inc()
+            log.info(
+                "produced %d records of %d aborted transaction(s) again for partitions %s, "
+                "after the group's generation moved",
+                len(records),
+                len(failed),
+                sorted(offsets),
+            )
+            return True
+        return False
 
     def _end_transaction(self, lane: int, err: KafkaError | None) -> None:
         """Ends the lane's failed (``err``) or abandoned transaction: aborted, or the producer
@@ -802,20 +907,18 @@ class Writer:
             else:
                 session_state.values.extend(values)
                 produce, events, key = self._producer.produce, self.topics.events, sid.encode()
+                journal = self._journal()
+                p = state.partition
                 rid = (REQUEST_HEADER, command.request_id.encode())
                 for ev, v in zip(outcome.events, values, strict=True):
-                    produce(
-                        events,
-                        value=v,
-                        key=key,
-                        partition=state.partition,
-                        headers=[*_event_headers(ev.type), rid],
-                    )
+                    headers: _Headers = [*_event_headers(ev.type), rid]
+                    journal.append((p, events, v, key, p, headers))
+                    produce(events, value=v, key=key, partition=p, headers=headers)
                 self._maybe_snapshot(state, sid)
         elif outcome.error is None and outcome.events:  # a retry, answered from the log
             first = outcome.events[0].seq
             values = state.sessions[sid].event_values(first, first + len(outcome.events))
-        self._reply(command, outcome, values)
+        self._reply(state.partition, command, outcome, values)
 
     @staticmethod
     def _event_values(
@@ -875,23 +978,43 @@ class Writer:
             state.rejections.add(command.session_id, command.request_id, outcome.error)
         return outcome
 
+    def _journal(self) -> list[_Produced]:
+        assert self._building is not None
+        return self._building.journal
+
+    def _produce(
+        self,
+        serves: int,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: _Headers,
+    ) -> None:
+        """Produce a record into the open transaction, noted in its journal; ``serves``: the
+        commands partition it belongs to."""
+        assert self._producer is not None
+        self._journal().append((serves, topic, value, key, partition, headers))
+        self._producer.produce(topic, value=value, key=key, partition=partition, headers=headers)
+
     def _stage_rejections(self, state: PartitionState) -> None:
         """The batch's rejections into the transaction, so a retry gets them after a restore
         too; the memory keeps them once the transaction commits."""
-        assert self._producer is not None
         for key, slot in state.rejections.stage():
-            self._producer.produce(
+            self._produce(
+                state.partition,
                 self.topics.snapshots,
-                value=encode_snapshot(
+                encode_snapshot(
                     WriterSnapshot(f"rejected/{state.partition}", (), state=slot.state())
                 ),
-                key=key,
-                partition=state.partition,
-                headers=[*record_headers(WRITER_SNAPSHOT)],
+                key,
+                state.partition,
+                [*record_headers(WRITER_SNAPSHOT)],
             )
 
-    def _reply(self, command: AppendCommand, outcome: Outcome, values: list[bytes]) -> None:
-        assert self._producer is not None
+    def _reply(
+        self, serves: int, command: AppendCommand, outcome: Outcome, values: list[bytes]
+    ) -> None:
         rid, cid, sid = command.request_id, command.client_id, command.session_id
         if outcome.error is not None:
             value = encode_reply(AppendReply.rejected(rid, cid, sid, outcome.error))
@@ -911,12 +1034,13 @@ class Writer:
             else:
                 for ev in events:
                     metrics.appends(ev.type, result).inc()
-        self._producer.produce(
+        self._produce(
+            serves,
             self.topics.replies,
-            value=value,
-            key=cid.encode(),
-            partition=self._partition_of(cid, self._reply_partitions),
-            headers=[*_REPLY_HEADERS, (REQUEST_HEADER, rid.encode())],
+            value,
+            cid.encode(),
+            self._partition_of(cid, self._reply_partitions),
+            [*_REPLY_HEADERS, (REQUEST_HEADER, rid.encode())],
         )
 
     def _maybe_snapshot(self, state: PartitionState, session_id: str) -> None:
@@ -936,12 +1060,13 @@ class Writer:
             session_state.events_since_snapshot = 0
             metrics.SNAPSHOTS.labels("skipped").inc()
             return None
-        self._producer.produce(
+        self._produce(
+            state.partition,
             self.topics.snapshots,
-            value=value,
-            key=session_id.encode(),
-            partition=state.partition,
-            headers=[*record_headers(WRITER_SNAPSHOT)],
+            value,
+            session_id.encode(),
+            state.partition,
+            [*record_headers(WRITER_SNAPSHOT)],
         )
         session_state.events_since_snapshot = 0
         state.dirty.discard(session_id)
@@ -983,16 +1108,16 @@ class Writer:
         if uncovered:
             return
         state.checkpoint = None
-        assert self._producer is not None
         value = encode_snapshot(
             WriterSnapshot(f"checkpoint/{state.partition}", (), state={"eventsOffset": offset})
         )
-        self._producer.produce(
+        self._produce(
+            state.partition,
             self.topics.snapshots,
-            value=value,
-            key=CHECKPOINT_KEY,
-            partition=state.partition,
-            headers=[*record_headers(WRITER_SNAPSHOT)],
+            value,
+            CHECKPOINT_KEY,
+            state.partition,
+            [*record_headers(WRITER_SNAPSHOT)],
         )
         metrics.SNAPSHOTS.labels("checkpoint").inc()
 
@@ -1009,11 +1134,13 @@ class Writer:
                 "session": (m.key() or b"").decode("utf-8", "replace"),
             },
         )
-        self._producer.produce(
+        self._produce(
+            m.partition(),  # type: ignore[arg-type]
             self.topics.dlq,
-            value=m.value(),
-            key=m.key(),
-            headers=[
+            m.value(),
+            m.key(),
+            -1,  # the partitioner's choice, by key
+            [
                 ("dsh-error", type(exc).__name__.encode()),
                 ("dsh-error-code", exc.code.encode()),
                 ("dsh-error-message", exc.message.encode()),
@@ -1073,6 +1200,15 @@ def fenced(err: KafkaError, *, shared_id: bool) -> bool:
     coordinator ended our timed-out transaction."""
     code = err.code()
     return code in _NOT_ALLOWED or (shared_id and code in _EPOCH_BUMPED)
+
+
+# The group coordinator refused the transaction's offsets only because the group's generation
+# moved on since they were sent (a rebalance began or completed meanwhile).
+_GENERATION_MOVED = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
+
+
+def _stale_generation(err: KafkaError) -> bool:
+    return err.code() in _GENERATION_MOVED and not err.fatal()
 
 
 def unfenced(group_metadata: object) -> bool:

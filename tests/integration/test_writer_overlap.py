@@ -1,6 +1,7 @@
 """Commit overlap (DSH_WRITER_OVERLAP_COMMITS) against the real broker: the next transaction is
 built while the previous one commits, a failed commit takes the transaction built after it
-down with it, and either way every append lands once, in order."""
+down with it, a commit refused for a moved group generation is produced again instead of
+restored, and either way every append lands once, in order."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from prometheus_client import REGISTRY
 
 from deploy.config import KafkaSettings
 from producers import SessionClient, metrics
@@ -24,9 +26,15 @@ APPENDS = 30
 
 class CommitProbe:
     """Wraps ``Writer._commit`` (slowed down, so the overlap is wide enough to see) and
-    ``Writer._handle``, recording when each ran; optionally fails one commit."""
+    ``Writer._handle``, recording when each ran; optionally fails one commit with ``error``
+    before it reaches the broker (its transaction stays open there)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_commit: int | None = None) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        fail_commit: int | None = None,
+        error: int = KafkaError._TIMED_OUT,
+    ) -> None:
         self.commits: list[tuple[float, float]] = []
         self.handled: list[float] = []
         self._lock = threading.Lock()
@@ -40,7 +48,7 @@ class CommitProbe:
             started = time.monotonic()
             time.sleep(0.05)
             if n == fail_commit:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "failed on purpose"))
+                raise KafkaException(KafkaError(error, "failed on purpose"))
             commit(producer, *args)
             self.commits.append((started, time.monotonic()))
 
@@ -102,3 +110,24 @@ def test_a_failed_commit_aborts_the_transaction_built_after_it_and_nothing_is_lo
         _load(topics, sessions)
         assert len(writer.owned) > 0  # recovered in place, still serving
     assert metrics.TXN_ABORTS._value.get() > aborts
+
+
+def _restores() -> float:
+    return REGISTRY.get_sample_value("dsh_writer_restore_seconds_count") or 0.0
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "one at a time"])
+def test_a_commit_refused_for_a_moved_generation_is_produced_again_not_restored(
+    topics: KafkaSettings, sessions: list[str], monkeypatch: pytest.MonkeyPatch, overlap: bool
+) -> None:
+    # What every writer that keeps partitions through a rebalance sees for the transaction in
+    # flight; here the commit is refused before it reaches the broker, which still holds the
+    # transaction open, so the retry must abort it first.
+    again = metrics.TXN_PRODUCED_AGAIN._value.get()
+    CommitProbe(monkeypatch, fail_commit=5, error=KafkaError.ILLEGAL_GENERATION)
+    with running_writer(topics, writer_settings(overlap_commits=overlap)) as writer:
+        restores = _restores()
+        _load(topics, sessions)  # expected_seq: a record produced twice or lost is a conflict
+        assert len(writer.owned) > 0
+        assert _restores() == restores, "a partition was restored instead"
+    assert metrics.TXN_PRODUCED_AGAIN._value.get() == again + 1
