@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -554,6 +555,18 @@ def recovery_seconds(
         ]
     assert len(times) == len(history.sessions), "a session never recovered"
     return max(times) - fault_at
+
+
+def longest_stall(history: History, since: float) -> float:
+    """The longest any session waited between two acknowledgements, from ``since`` on (the
+    wait that spans ``since`` counts whole)."""
+    longest = 0.0
+    with history.lock:
+        for acks in history.acked.values():
+            for before, after in pairwise(a.at for a in acks):
+                if after >= since:
+                    longest = max(longest, after - before)
+    return longest
 
 
 def recovered(history: History, counts_at_fault: dict[str, int], window: int) -> bool:

@@ -20,10 +20,12 @@ from tests.reliability.harness import (
     Namespace,
     Pipeline,
     check_history,
+    longest_stall,
     projections_reach,
     record_figures,
     run_load,
     sessions_spread,
+    split,
     verify_all,
     wait_for,
 )
@@ -64,6 +66,44 @@ def test_sigkill_a_writer_mid_transaction(
         log = b.log()
         assert all(f"partition {p} restored" in log for p in victim)
         _finish("writer SIGKILL", pipeline, ns, load, redis_client, history, extra)
+
+
+def test_a_rolling_restart_of_the_writers_hands_over_without_a_client_retry(
+    ns: Namespace, load: Load, redis_client: redis.Redis
+) -> None:
+    """A deploy: each writer in turn stops on SIGTERM and a new process takes its place. A
+    graceful stop commits its last transaction and leaves the group, so the other writer owns
+    its partitions without waiting out a session or a transaction, and no append's reply is
+    lost (the client never has to retry)."""
+    with Pipeline(ns) as pipeline:
+        a, b = pipeline.writers
+
+        def fault(history: History, counts: dict[str, int]) -> dict[str, Any]:
+            figures: dict[str, Any] = {}
+            started = time.monotonic()
+            for old, other in ((a, b), (b, a)):
+                old.expected_down = True  # a deploy, not a crash: the supervisor stays out
+                stopping = time.monotonic()
+                old.signal(signal.SIGTERM)
+                assert old.process is not None
+                assert old.process.wait(30) == 0, f"{old.name} did not stop cleanly"
+                figures[f"{old.name}_stop_s"] = time.monotonic() - stopping
+                wait_for(lambda w=other: w.owned() == ALL, 30, f"{other.name} owning all")
+                figures[f"{old.name}_handover_s"] = time.monotonic() - stopping
+                old.start()
+                figures[f"{old.name}_rejoin_s"] = wait_for(
+                    lambda: split(pipeline.writers), 60, "the writers splitting again"
+                )
+            figures["longest_stall_s"] = longest_stall(history, started)
+            return figures
+
+        history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
+        assert history.retries == 0, f"{history.retries} appends timed out during the restarts"
+        logs = [w.log() for w in pipeline.writers]
+        assert not any("the last transaction did not commit" in log for log in logs)
+        extra["generation_aborts"] = sum(log.count("ILLEGAL_GENERATION") for log in logs)
+        extra["produced_again"] = sum(log.count("generation moved") for log in logs)
+        _finish("writer rolling restart", pipeline, ns, load, redis_client, history, extra)
 
 
 def _leaders(ns: Namespace, bootstrap: str) -> dict[int, int]:
