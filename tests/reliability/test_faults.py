@@ -103,6 +103,7 @@ def test_a_rolling_restart_of_the_writers_hands_over_without_a_client_retry(
         assert not any("the last transaction did not commit" in log for log in logs)
         extra["generation_aborts"] = sum(log.count("ILLEGAL_GENERATION") for log in logs)
         extra["produced_again"] = sum(log.count("generation moved") for log in logs)
+        extra["partition_restores"] = sum(log.count(" restored in ") for log in logs)
         _finish("writer rolling restart", pipeline, ns, load, redis_client, history, extra)
 
 
