@@ -78,7 +78,7 @@ def run_once(per_command: int, events: int, sessions: int) -> float:
         started = time.process_time()
         for i, record in enumerate(records):
             if i % BATCH == 0:  # a transaction's journal lives as long as its batch
-                writer._building = _Transaction(0, {}, [])
+                writer._building = _Transaction(0, {}, [], {})
             writer._handle(record, writer.partitions[record.partition()])  # type: ignore[arg-type]
         return (time.process_time() - started) / events * 1e6
     finally:

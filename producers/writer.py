@@ -103,6 +103,9 @@ class _Transaction:
     lane: int  # index of its producer
     offsets: dict[int, int]
     journal: list[_Produced]
+    # The in-memory state each partition's commands were applied to: a partition restored
+    # since (revoked and assigned again, recovered) has another, which lacks these records.
+    states: dict[int, PartitionState]
 
 
 @dataclass(frozen=True)
@@ -511,8 +514,8 @@ class Writer:
         assert self._consumer is not None
         lane = self._turn
         producer = self._producer = self._producers[lane]
-        txn = self._building = _Transaction(lane, {}, [])
-        offsets = txn.offsets
+        txn = self._building = _Transaction(lane, {}, [], {})
+        offsets, states = txn.offsets, txn.states
         begun = time.monotonic()
         try:
             producer.begin_transaction()
@@ -525,6 +528,7 @@ class Writer:
                     continue  # revoked since it was fetched: its new owner serves it
                 self._handle(m, state)
                 offsets[p] = m.offset() + 1  # type: ignore[index,operator]
+                states[p] = state  # type: ignore[index]
                 handled += 1
             if not offsets:
                 self._building = None
@@ -732,10 +736,11 @@ class Writer:
 
     def _produce_again(self, failed: list[_Transaction]) -> bool:
         """One new transaction with the records and offsets of ``failed`` (aborted, in commit
-        order) that belong to partitions this writer still owns, sent with the group's
-        current generation. False if it could not commit: the caller restores instead."""
+        order) that belong to partitions this writer still serves from the state they were
+        applied to, sent with the group's current generation. False if it could not commit:
+        the caller restores instead."""
         assert self._consumer is not None
-        owned = self.partitions.keys()
+        owned = still_served(failed, self.partitions)
         offsets: dict[int, int] = {}
         for txn in failed:
             offsets.update((p, o) for p, o in txn.offsets.items() if p in owned)
@@ -1200,6 +1205,18 @@ def fenced(err: KafkaError, *, shared_id: bool) -> bool:
     coordinator ended our timed-out transaction."""
     code = err.code()
     return code in _NOT_ALLOWED or (shared_id and code in _EPOCH_BUMPED)
+
+
+def still_served(failed: Sequence[_Transaction], partitions: dict[int, PartitionState]) -> set[int]:
+    """The partitions of ``failed`` that are still served from the very state their commands
+    were applied to: only their records may be produced again. A partition revoked, lost or
+    restored since (a new state, read from the log without them) is left to the log."""
+    touched = {p for txn in failed for p in txn.offsets}
+    return {
+        p
+        for p in touched
+        if all(partitions.get(p) is txn.states[p] for txn in failed if p in txn.states)
+    }
 
 
 # The group coordinator refused the transaction's offsets only because the group's generation
