@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
+from functools import partial
 from typing import Any
 
 import redis
@@ -19,6 +20,7 @@ from tests.reliability.harness import (
     Load,
     Namespace,
     Pipeline,
+    Service,
     check_history,
     longest_stall,
     projections_reach,
@@ -68,6 +70,10 @@ def test_sigkill_a_writer_mid_transaction(
         _finish("writer SIGKILL", pipeline, ns, load, redis_client, history, extra)
 
 
+def _owns_all(writer: Service) -> bool:
+    return writer.owned() == ALL
+
+
 def test_a_rolling_restart_of_the_writers_hands_over_without_a_client_retry(
     ns: Namespace, load: Load, redis_client: redis.Redis
 ) -> None:
@@ -88,7 +94,7 @@ def test_a_rolling_restart_of_the_writers_hands_over_without_a_client_retry(
                 assert old.process is not None
                 assert old.process.wait(30) == 0, f"{old.name} did not stop cleanly"
                 figures[f"{old.name}_stop_s"] = time.monotonic() - stopping
-                wait_for(lambda w=other: w.owned() == ALL, 30, f"{other.name} owning all")
+                wait_for(partial(_owns_all, other), 30, f"{other.name} owning all")
                 figures[f"{old.name}_handover_s"] = time.monotonic() - stopping
                 old.start()
                 figures[f"{old.name}_rejoin_s"] = wait_for(
