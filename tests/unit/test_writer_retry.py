@@ -1,10 +1,18 @@
-"""Which partitions of transactions refused for a moved group generation the writer may produce
-again (``producers.writer.still_served``), without Kafka."""
+"""What the writer produces again after a transaction was refused for a moved group generation,
+without Kafka: which partitions (``still_served``) and with which headers."""
 
 from __future__ import annotations
 
+from producers.restore import REQUEST_HEADER
 from producers.state import PartitionState
-from producers.writer import _Transaction, still_served
+from producers.writer import (
+    _REPLY,
+    _SNAPSHOT,
+    _record_headers,
+    _Transaction,
+    still_served,
+)
+from schemas import APPEND_REPLY, WRITER_SNAPSHOT, event_headers, record_headers
 
 
 def _txn(lane: int, states: dict[int, PartitionState]) -> _Transaction:
@@ -25,3 +33,17 @@ def test_a_partition_restored_between_the_two_transactions_is_left_to_the_log() 
     before, after = PartitionState(0), PartitionState(0)
     failed = [_txn(0, {0: before}), _txn(1, {0: after})]
     assert still_served(failed, {0: after}) == set()
+
+
+def test_a_record_produced_again_gets_the_headers_it_was_first_produced_with() -> None:
+    # The journal keeps what the headers are, not the headers: each kind must come back as
+    # the writer first built it.
+    rid = b"req-1"
+    assert _record_headers("user/message", rid) == [
+        *event_headers("user/message"),
+        (REQUEST_HEADER, rid),
+    ]
+    assert _record_headers(_REPLY, rid) == [*record_headers(APPEND_REPLY), (REQUEST_HEADER, rid)]
+    assert _record_headers(_SNAPSHOT, None) == record_headers(WRITER_SNAPSHOT)
+    dead_letter: list[tuple[str, str | bytes | None]] = [("dsh-error", b"X")]
+    assert _record_headers(dead_letter, None) is dead_letter
