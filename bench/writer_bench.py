@@ -277,7 +277,7 @@ def produce_backlog(
     return commands * per_command
 
 
-def drain(writer_pid: int, metrics_port: int, events: int, per_command: int) -> dict[str, float]:
+def drain(writer_pid: int, metrics_port: int, events: int, per_command: int) -> dict[str, Any]:
     """Watches a freshly started writer work through a backlog of ``events``: events/s and
     writer CPU per event from its first second of work to the end (start-up, the restore and
     the first writes to brand-new partitions are not counted)."""
@@ -296,6 +296,7 @@ def drain(writer_pid: int, metrics_port: int, events: int, per_command: int) -> 
         time.sleep(0.05)
     time.sleep(1.0)
     first, t0, cpu0 = done(), time.monotonic(), cpu_seconds(writer_pid)
+    before = scrape(metrics_port)
     if first >= target:
         raise RuntimeError("the backlog was gone within a second: make it bigger")
     while (now := done()) < target:
@@ -304,7 +305,11 @@ def drain(writer_pid: int, metrics_port: int, events: int, per_command: int) -> 
         time.sleep(0.02)
     elapsed, cpu = time.monotonic() - t0, cpu_seconds(writer_pid) - cpu0
     counted = (target - first) * per_command
-    return {"events_per_s": counted / elapsed, "writer_cpu_us_per_event": cpu / counted * 1e6}
+    return {
+        "events_per_s": counted / elapsed,
+        "writer_cpu_us_per_event": cpu / counted * 1e6,
+        "gc": gc_pauses(before, scrape(metrics_port)),
+    }
 
 
 def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, float]:
@@ -449,6 +454,7 @@ def main() -> int:
             results["backlog_events"] = backlog
             results["backlog_events_per_s"] = drained["events_per_s"]
             results["backlog_writer_cpu_us_per_event"] = drained["writer_cpu_us_per_event"]
+            results["backlog_gc"] = drained["gc"]
         with SessionClient(settings=kafka, timeout=60) as client:
             probe = f"probe-{uuid.uuid4().hex[:6]}"
             client.append(probe, "user/message", message(0), surface_op="append")  # writer up
@@ -536,7 +542,9 @@ def main() -> int:
             print(
                 f"  backlog drain (10 per command, no client running): "
                 f"{results['backlog_events_per_s']:,.0f} events/s, writer CPU "
-                f"{results['backlog_writer_cpu_us_per_event']:.0f} µs per event"
+                f"{results['backlog_writer_cpu_us_per_event']:.0f} µs per event; its GC "
+                "(collections, total ms) by generation: "
+                + ", ".join(f"{g}: {n:.0f}, {t:.1f}" for g, (n, t) in results["backlog_gc"].items())
             )
         if not args.skip_sustained:
             print(
