@@ -66,6 +66,9 @@ class WriterSettings(StrictSettings):
     # Young-generation threshold of the cycle collector while serving (Python's default is
     # 700; 0 keeps it): see deploy/gc_tuning.py.
     gc_threshold: Annotated[int, Field(ge=0)] = 50_000
+    # After each young collection, move what survived it to the permanent generation
+    # (gc.freeze), so no older collection ever walks the sessions' state (see writer.run).
+    gc_freeze: bool = False
     metrics_port: Annotated[int, Field(ge=0)] = 9464  # 0: no /metrics server
     # Message-projection interpreters, "event/type=package.module:function,…" (the same spec
     # as DSH_PROJECTOR_PROJECTIONS): an event of a type missing here is rejected.
