@@ -561,14 +561,7 @@ class Writer:
                         "group membership lost before the offsets were sent",
                     )
                 )
-            producer.send_offsets_to_transaction(
-                [
-                    TopicPartition(self.topics.commands, p, o, metadata=self._offsets_metadata)
-                    for p, o in offsets.items()
-                ],
-                group,
-                _KAFKA_TIMEOUT_S,
-            )
+            self._send_offsets(producer, offsets, group)
             sent = time.monotonic()
             if self._stop_before_commit:
                 self._stop_before_commit = False
@@ -597,6 +590,18 @@ class Writer:
             # loudly rather than serve from state the log may lack.
             self._abort_quietly()
             raise
+
+    def _send_offsets(self, producer: Producer, offsets: dict[int, int], group: object) -> None:
+        """The commands' next offsets into the producer's transaction, with the group's metadata
+        (KIP-447) and this writer's name (producers/takeover.py)."""
+        producer.send_offsets_to_transaction(
+            [
+                TopicPartition(self.topics.commands, p, o, metadata=self._offsets_metadata)
+                for p, o in offsets.items()
+            ],
+            group,
+            _KAFKA_TIMEOUT_S,
+        )
 
     @staticmethod
     def _commit(producer: Producer, records: list[Message], started: float, sent: float) -> None:
@@ -781,14 +786,7 @@ class Writer:
                         partition=partition,
                         headers=_record_headers(kind, request_id),
                     )
-                producer.send_offsets_to_transaction(
-                    [
-                        TopicPartition(self.topics.commands, p, o, metadata=self._offsets_metadata)
-                        for p, o in offsets.items()
-                    ],
-                    group,
-                    _KAFKA_TIMEOUT_S,
-                )
+                self._send_offsets(producer, offsets, group)
                 producer.commit_transaction(_KAFKA_TIMEOUT_S)
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
