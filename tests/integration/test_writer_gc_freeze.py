@@ -12,8 +12,13 @@ import uuid
 import pytest
 
 from deploy.config import KafkaSettings
-from tests.integration.test_writer_overlap import SESSIONS, CommitProbe, _load
-from tests.integration.writer_support import running_writer, writer_settings
+from tests.integration.writer_support import (
+    SESSIONS,
+    CommitProbe,
+    load_in_order,
+    running_writer,
+    writer_settings,
+)
 
 
 def test_a_freezing_writer_freezes_and_keeps_little_cyclic_garbage(
@@ -26,7 +31,7 @@ def test_a_freezing_writer_freezes_and_keeps_little_cyclic_garbage(
     frozen_before = gc.get_freeze_count()
     try:
         with running_writer(topics, writer_settings(gc_freeze=True, gc_threshold=700)):
-            _load(topics, sessions)
+            load_in_order(topics, sessions)
             assert gc.get_freeze_count() > frozen_before  # it did freeze
     finally:
         gc.unfreeze()

@@ -10,12 +10,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 import dsh
 from deploy.config import KafkaSettings
@@ -278,3 +279,69 @@ def events_end_offsets(kafka: KafkaSettings) -> list[int]:
         ]
     finally:
         probe.close()
+
+
+# -- commit probes (the overlap and freeze tests) --------------------------------------
+
+SESSIONS = 6
+APPENDS = 30
+
+
+class CommitProbe:
+    """Wraps ``Writer._commit`` (slowed down, so the overlap is wide enough to see) and
+    ``Writer._handle``, recording when each ran; optionally fails one commit with ``error``
+    before it reaches the broker (its transaction stays open there)."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        fail_commit: int | None = None,
+        error: int = KafkaError._TIMED_OUT,
+    ) -> None:
+        self.commits: list[tuple[float, float]] = []
+        self.handled: list[float] = []
+        self._lock = threading.Lock()
+        self._count = 0
+        commit, handle = Writer._commit, Writer._handle
+
+        def slow_commit(producer: Any, *args: Any) -> None:
+            with self._lock:
+                self._count += 1
+                n = self._count
+            started = time.monotonic()
+            time.sleep(0.05)
+            if n == fail_commit:
+                raise KafkaException(KafkaError(error, "failed on purpose"))
+            commit(producer, *args)
+            self.commits.append((started, time.monotonic()))
+
+        def timed_handle(writer: Writer, *args: Any) -> None:
+            self.handled.append(time.monotonic())
+            handle(writer, *args)
+
+        monkeypatch.setattr(Writer, "_commit", staticmethod(slow_commit))
+        monkeypatch.setattr(Writer, "_handle", timed_handle)
+
+    def handled_while_committing(self) -> int:
+        return sum(any(a < t < b for a, b in self.commits) for t in self.handled)
+
+
+def load_in_order(topics: KafkaSettings, sessions: list[str]) -> None:
+    """Each session appends one after another on its own thread, so commands keep coming
+    while transactions commit; expected_seq turns any reordering or double append into a
+    ConflictError."""
+    with SessionClient(settings=topics, timeout=30) as client:
+
+        def appends(sid: str) -> None:
+            for i in range(APPENDS):
+                ev = client.append(
+                    sid, "user/message", user(f"u{i}"), surface_op="append", expected_seq=i
+                )
+                assert ev.seq == i, sid
+
+        with ThreadPoolExecutor(len(sessions)) as pool:
+            for done in [pool.submit(appends, sid) for sid in sessions]:
+                done.result(120)
+        for sid in sessions:
+            ids = [e.data["id"] for e in client.read(sid).events()]
+            assert ids == [f"u{i}" for i in range(APPENDS)], sid
