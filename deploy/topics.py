@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from deploy.config import ConfigError, KafkaSettings
 from dsh.errors import SessionError, register_error
@@ -119,6 +120,11 @@ def partition_for(session_id: str, partitions: int) -> int:
     clients configured for Kafka's default agree on where a session lives.
     """
     return (murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+def partition_ids(partitions: Iterable[TopicPartition]) -> list[int]:
+    """The partition numbers of a rebalance callback's list, sorted: what a log line shows."""
+    return sorted(tp.partition for tp in partitions)
 
 
 # Producers that publish keyed records must place them as Java clients do.

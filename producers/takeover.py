@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from deploy.config import KafkaSettings
+from deploy.topics import partition_ids
 from producers import metrics
 
 log = logging.getLogger("dsh.writer")
@@ -112,7 +113,9 @@ def fence_stuck_owners(
     except (KafkaException, TimeoutError) as exc:
         # TimeoutError: the group description's future, while a coordinator moves. Raised out
         # of here it would end the writer from inside its assignment callback.
-        log.warning("could not tell who holds the offsets of %s: %s", _ids(partitions), exc)
+        log.warning(
+            "could not tell who holds the offsets of %s: %s", partition_ids(partitions), exc
+        )
         return []
     fenced: list[str] = []
     for writer_id, lanes in sorted(owners):
@@ -132,10 +135,6 @@ def fence_stuck_owners(
             "fenced %s, which left the group with a transaction holding the offsets of "
             "partitions %s: it is aborted now, not at its timeout",
             ", ".join(fenced),
-            _ids(partitions),
+            partition_ids(partitions),
         )
     return fenced
-
-
-def _ids(partitions: Sequence[TopicPartition]) -> list[int]:
-    return sorted(tp.partition for tp in partitions)

@@ -40,7 +40,7 @@ from deploy.config import ConfigError, KafkaSettings
 from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from deploy.interpreters import parse_interpreters
 from deploy.kafka_errors import cluster_topics
-from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for
+from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for, partition_ids
 from dsh.errors import SessionError
 from producers import metrics
 from producers.errors import (
@@ -342,7 +342,7 @@ class Writer:
                 metrics.RESTORE_RETRIES.inc()
                 log.warning(
                     "restoring partitions %s failed (%s); trying again in %.1fs",
-                    _ids(partitions),
+                    partition_ids(partitions),
                     exc,
                     backoff,
                 )
@@ -444,7 +444,7 @@ class Writer:
                 log.info(
                     "waited %.1fs for stable committed offsets of partitions %s",
                     waited,
-                    _ids(partitions),
+                    partition_ids(partitions),
                 )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -457,7 +457,7 @@ class Writer:
             # fail the loop with it right after poll returns.
             self._callback_error = exc
             return
-        log.info("partitions assigned %s; owning %s", _ids(partitions), self.owned)
+        log.info("partitions assigned %s; owning %s", partition_ids(partitions), self.owned)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The transaction still committing may hold commands of these partitions: it ends
@@ -470,10 +470,10 @@ class Writer:
         metrics.PARTITIONS_OWNED.set(len(self.partitions))
         if partitions:
             consumer.incremental_unassign(partitions)
-            log.info("partitions revoked %s; owning %s", _ids(partitions), self.owned)
+            log.info("partitions revoked %s; owning %s", partition_ids(partitions), self.owned)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost %s (membership expired)", _ids(partitions))
+        log.warning("partitions lost %s (membership expired)", partition_ids(partitions))
         self._on_revoke(consumer, partitions)
 
     # -- batches --------------------------------------------------------------------------
@@ -1280,7 +1280,3 @@ def unfenced(group_metadata: object) -> bool:
     fields = group_metadata[11:].split(b"\0")
     member = fields[1] if len(fields) > 1 else b""
     return generation < 0 or not member
-
-
-def _ids(partitions: Sequence[TopicPartition]) -> list[int]:
-    return sorted(tp.partition for tp in partitions)

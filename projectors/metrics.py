@@ -16,6 +16,9 @@ BATCH_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 LAG = Gauge("dsh_projector_lag", "Records behind the partition's end", ["projector", "partition"])
+PARTITIONS = Gauge(
+    "dsh_projector_partitions_owned", "Partitions this process applies", ["projector"]
+)
 BLOCKED = Gauge("dsh_projector_blocked_sessions", "Sessions blocked with a reason", ["projector"])
 DLQ = Counter("dsh_projector_dlq", "Records sent to the DLQ", ["projector", "code"])
 REBUILDS = Counter(

@@ -12,6 +12,7 @@ applies batch N; then N's replies are read and settled and N's offsets committed
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from confluent_kafka import (
 
 from deploy.config import KafkaSettings
 from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
-from deploy.topics import TAIL_FETCH_WAIT
+from deploy.topics import TAIL_FETCH_WAIT, partition_ids
 from dsh.errors import SessionError
 from projectors import metrics
 from projectors.batch_io import Pending, RedisClient, batch_io, pipelined
@@ -105,8 +106,14 @@ class Runtime(Generic[S]):
         self._published: Counter[str] = Counter()  # stats already counted in Prometheus
         self._next_check = 0.0
         self._replay_pending = False
+        self._owned: set[int] = set()
         self.marks = Marks(client, self.keys, self.name, self.instance)
         load_all(client)
+
+    @property
+    def partitions(self) -> frozenset[int]:
+        """The partitions this instance applies now."""
+        return frozenset(self._owned)
 
     def reconnected(self) -> None:
         """In a forked process: Redis through connections of its own (redis-py's pool resets
@@ -127,12 +134,26 @@ class Runtime(Generic[S]):
             "auto.offset.reset": "earliest",
             **TAIL_FETCH_WAIT,
             "session.timeout.ms": self.settings.session_timeout_ms,
+            # Cooperative: a member joining or leaving moves only the partitions that change
+            # hands; every other instance keeps applying through the rebalance instead of
+            # giving everything up and taking it back (the eager protocol's stop-the-world).
+            "partition.assignment.strategy": "cooperative-sticky",
+            # A heartbeat is how a member hears of a rebalance; each moved partition waits
+            # for it twice (revoked, then assigned).
+            "heartbeat.interval.ms": min(
+                self.settings.heartbeat_interval_ms, self.settings.session_timeout_ms // 3
+            ),
         }
         if self.settings.instance_id:
             config["group.instance.id"] = f"{self.settings.instance_id}-{self.name}"
         consumer = Consumer(config)
         self._consumer = consumer
-        consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        consumer.subscribe(
+            [self.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
         self.marks.touch()
         try:
             with young_gc_threshold(self.settings.gc_threshold):
@@ -224,8 +245,10 @@ class Runtime(Generic[S]):
             log.warning("projector %s: offset commit failed: %s", self.name, exc)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._settle_before_rebalance(consumer)
-        self.cache.clear()
+        # Incremental: ``partitions`` are the ones added. What this instance already owns
+        # keeps flowing, its batch in flight and its cached sessions included.
+        if not partitions:
+            return
         try:
             unmarked = self.marks.unmarked([tp.partition for tp in partitions])
             fresh = [tp for tp in partitions if tp.partition in unmarked]
@@ -246,14 +269,51 @@ class Runtime(Generic[S]):
             # Unknown: the sentinel check notices an empty Redis once it answers again.
             log.warning("projector %s: on assign: %s", self.name, exc)
         # Explicitly: offsets set on the callback's list are ignored unless assigned here.
-        consumer.assign(partitions)
+        consumer.incremental_assign(partitions)
+        self.stats["partitions_assigned"] += len(partitions)
+        self._owned.update(tp.partition for tp in partitions)
+        metrics.PARTITIONS.labels(self.name).set(len(self._owned))
+        log.info(
+            "projector %s: partitions assigned %s; owning %s",
+            self.name,
+            partition_ids(partitions),
+            sorted(self._owned),
+        )
 
     def _mark_initialized(self, partitions: list[int]) -> None:
         self.marks.mark(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
         self._settle_before_rebalance(consumer)
+        # The next owner may apply these partitions' sessions: what the cache believes of
+        # them is stale from now on (a session's entry does not say its partition).
         self.cache.clear()
+        consumer.incremental_unassign(partitions)
+        self.stats["partitions_revoked"] += len(partitions)
+        for tp in partitions:
+            self._owned.discard(tp.partition)
+            # Not ours: a lag left behind would be reported beside the new owner's.
+            with contextlib.suppress(KeyError):
+                metrics.LAG.remove(self.name, str(tp.partition))
+        metrics.PARTITIONS.labels(self.name).set(len(self._owned))
+        log.info(
+            "projector %s: partitions revoked %s; owning %s",
+            self.name,
+            partition_ids(partitions),
+            sorted(self._owned),
+        )
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Membership expired: the batch in flight is still applied (harmless, the apply is
+        # idempotent) but its offsets are refused; the next owner applies it again.
+        log.warning(
+            "projector %s: partitions lost %s (membership expired)",
+            self.name,
+            partition_ids(partitions),
+        )
+        self._on_revoke(consumer, partitions)
 
     def _settle_before_rebalance(self, consumer: Consumer) -> None:
         """Finish and commit the batch in flight while its partitions are still ours. If that

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from deploy.config import StrictSettings
@@ -25,6 +28,10 @@ class ProjectorSettings(StrictSettings):
     # takes its partitions back at once instead of waiting out the dead member's session.
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
+    # How often the group consumer heartbeats: it is how an instance hears that another one
+    # joined or left, so it bounds how long a moved partition waits (twice: revoked, then
+    # assigned). Capped at a third of the session timeout; one small request per interval.
+    heartbeat_interval_ms: Annotated[int, Field(ge=100)] = 500
     # 0 disables the Prometheus endpoint.
     metrics_port: int = 0
     # Sessions kept in memory between batches (their state is reloaded from Redis on a miss).

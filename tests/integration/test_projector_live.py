@@ -22,6 +22,7 @@ from projectors.service import build_runtime
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import verify
+from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     applied,
     events_of,
@@ -87,6 +88,51 @@ def test_two_surface_projectors_share_a_group_and_count_their_work(
     reader = Reader(redis_client, Keys())
     report = verify(sessions[0].id, read_session(topics, sessions[0].id), reader, {})
     assert not [d for d in report.differences if d.startswith("surface")], report.differences
+
+
+def test_an_instance_joining_takes_only_its_share_while_the_other_keeps_its_own(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    """Cooperative rebalancing: the first instance gives up only the partitions the second
+    takes (the eager protocol would revoke all of them and hand most back), under load, and
+    every event is still applied exactly once."""
+    sessions = [simple_session(f"join-{i}", turns=4) for i in range(24)]
+    events = interleave(*sessions)
+    chunks = [events[i : i + 40] for i in range(0, len(events), 40)]
+    with projectors_running(topics, servers.redis_url, names=("surface",)) as first:
+        a = first["surface"]
+        publish(topics, chunks[0])
+        wait_until(lambda: len(a.partitions) == TEST_PARTITIONS, what="the first owning all")
+        stop = threading.Event()
+
+        def load() -> None:
+            for chunk in chunks[1:]:
+                publish(topics, chunk)
+                if stop.wait(0.02):
+                    return
+
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        with projectors_running(topics, servers.redis_url, names=("surface",)) as second:
+            b = second["surface"]
+            wait_until(
+                lambda: bool(b.partitions) and len(a.partitions | b.partitions) == TEST_PARTITIONS,
+                what="the two splitting the partitions",
+            )
+            assert not a.partitions & b.partitions
+            assert a.stats["partitions_revoked"] == b.stats["partitions_assigned"]
+            assert a.stats["partitions_assigned"] == TEST_PARTITIONS  # never handed back
+            loader.join(60)
+            assert not loader.is_alive()
+            wait_until(
+                lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
+                what="all sessions on the surface",
+            )
+            assert a.stats["applied"] + b.stats["applied"] == len(events)
+            assert b.stats["applied"] > 0
+    reader = Reader(redis_client, Keys())
+    for s in sessions[:4]:
+        assert reader.surface(s.id).messages == json.loads(json.dumps(s.derive_messages()))
 
 
 def test_a_tiny_session_cache_reloads_state_from_redis_and_stays_exact(
