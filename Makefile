@@ -15,7 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $@
 
-setup: $(STAMP)
+# The codec's readers compiled with Cython (schemas/native.py): rebuilt when the generator or
+# the schemas change; a stale or missing build only means the pure-Python readers.
+NATIVE_STAMP := $(VENV)/.native-stamp
+$(NATIVE_STAMP): $(STAMP) $(wildcard schemas/*.avsc) schemas/codegen.py schemas/binary.py \
+		schemas/avro_io.py schemas/native_build.py
+	$(BIN)/python -m schemas.native_build
+	touch $@
+
+setup: $(STAMP) $(NATIVE_STAMP)
 	$(BIN)/dsh setup
 
 demo: setup

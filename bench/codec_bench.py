@@ -28,6 +28,7 @@ import fastavro
 import orjson
 
 import schemas
+from schemas import native
 from schemas.convert import compile_codec
 from schemas.store import SESSION_EVENT
 
@@ -207,9 +208,21 @@ def measure(events: list[dict[str, Any]], runs: int, seconds: float) -> dict[str
     assert [fastavro_encode(v) for v in values] == avro
     assert [fastavro_decode(b) for b in avro] == values
 
+    # The same codec with the Python readers the native build is compiled from.
+    python_readers = schemas.Codec()
+    with native.disabled():
+        for b in avro:
+            schemas.decode_event(b, codec=python_readers)
+            schemas.decode_event_frozen(b, codec=python_readers)
+
     cases: dict[str, Callable[[], Any]] = {
         "avro encode": lambda: [schemas.encode_event(e, session) for e in events],
         "avro decode": lambda: [schemas.decode_event(b) for b in avro],
+        "avro-py decode": lambda: [schemas.decode_event(b, codec=python_readers) for b in avro],
+        "avro frozen decode": lambda: [schemas.decode_event_frozen(b) for b in avro],
+        "avro-py frozen decode": lambda: [
+            schemas.decode_event_frozen(b, codec=python_readers) for b in avro
+        ],
         "fastavro encode": lambda: [fastavro_encode(v) for v in values],
         "fastavro decode": lambda: [fastavro_decode(b) for b in avro],
         "json encode": lambda: [json.dumps(v) for v in values],
@@ -254,6 +267,13 @@ def main() -> None:
             enc, dec = r[f"{codec} encode"], r[f"{codec} decode"]
             wenc, wdec = r[f"{codec} encode (wall)"], r[f"{codec} decode (wall)"]
             print(f"  {codec:<8} {enc:>12,.0f} {dec:>12,.0f}   ({wenc:,.0f} {wdec:,.0f})")
+        print(
+            f"  decode with the native readers {r['avro decode']:,.0f}/s, the Python ones "
+            f"{r['avro-py decode']:,.0f}/s ({r['avro decode'] / r['avro-py decode']:.2f}x); "
+            f"frozen {r['avro frozen decode']:,.0f}/s against {r['avro-py frozen decode']:,.0f}/s"
+            f" ({r['avro frozen decode'] / r['avro-py frozen decode']:.2f}x)"
+            + ("" if native.status()[0] else "  [native build missing: both are Python]")
+        )
         print(
             f"  avro/orjson: encode {r['avro encode'] / r['orjson encode']:.2f}x,"
             f" decode {r['avro decode'] / r['orjson decode']:.2f}x"

@@ -28,13 +28,14 @@ from confluent_kafka import Producer
 from pydantic import SecretStr
 
 import dsh
-from deploy.config import KafkaSettings, RedisSettings
+from deploy.config import KafkaSettings, RedisSettings, configure_codec
 from deploy.topics import PRODUCER_PARTITIONER, ensure_topics
 from projectors.records import decode, encode
 from projectors.replay import replay
 from projectors.runtime import Runtime
 from projectors.service import build_runtime
 from projectors.settings import ProjectorSettings
+from schemas import native
 
 PROJECTIONS = ("surface", "transcript", "audit")
 MODEL = {"kind": "model", "provider": "mock", "model": "m1"}
@@ -508,6 +509,8 @@ def main() -> None:
         "fixed start-up, ~0.1-0.2 s, is a fifth of one over 40,000 records); 0: skip",
     )
     args = parser.parse_args()
+    # DSH_CODEC_NATIVE=off: the codec's Python readers here and in the services started.
+    configure_codec()
 
     kafka = KafkaSettings(
         bootstrap_servers=args.bootstrap, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.dsh.session"
@@ -522,6 +525,7 @@ def main() -> None:
     values.sort(key=lambda v: (int(decode(v[0].encode(), v[1], 0, 0).seq), v[0]))  # type: ignore[union-attr]
     total = len(values)
     out: dict[str, Any] = {"events": total, "sessions": args.sessions}
+    out["codec_native"] = native.status()[0]
     for name in PROJECTIONS if total else ():
         if name == PROJECTIONS[0]:
             publish(kafka, values)

@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from deploy.config import KafkaSettings
+from deploy.config import KafkaSettings, configure_codec
 from deploy.local.processes import free_ports
 from deploy.topics import PRODUCER_PARTITIONER, ensure_topics, partition_for
 from producers import SessionClient, draft
@@ -427,6 +427,8 @@ def main() -> int:
         help="seconds paced at --rate before the counted round trips (reported apart)",
     )
     args = parser.parse_args()
+    # DSH_CODEC_NATIVE=off: the codec's Python readers here and in the services started.
+    configure_codec()
 
     kafka = KafkaSettings(
         bootstrap_servers=args.bootstrap, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.dsh.session"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
+import pydantic
 from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -144,3 +145,25 @@ class RedisSettings(StrictSettings):
         if self.ssl_ca_certs is not None:
             kwargs["ssl_ca_certs"] = self.ssl_ca_certs
         return kwargs
+
+
+class CodecSettings(StrictSettings):
+    """``DSH_CODEC_NATIVE``: ``auto`` decodes with the Cython build of the codec's readers
+    when ``make setup`` built it (``schemas/native.py``), ``off`` with the Python ones it is
+    built from (the same values; to compare, or to rule the build out)."""
+
+    model_config = SettingsConfigDict(env_prefix="DSH_CODEC_", extra="forbid", frozen=True)
+
+    native: Literal["auto", "off"] = "auto"
+
+
+def configure_codec() -> CodecSettings:
+    """Apply the codec settings to this process; called by the CLI before any command."""
+    from schemas import native
+
+    try:
+        settings = CodecSettings()
+    except pydantic.ValidationError as exc:
+        raise ConfigError(f"codec settings: {exc}", code="BAD_CODEC_SETTING") from None
+    native.configure(settings.native == "auto")
+    return settings

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dsh.json_snapshot import FrozenDict, FrozenList
+from schemas import native
 from schemas.avro_io import (
     ABSENT,
     FALSE,
@@ -494,6 +495,9 @@ class RecordSource:
         return self._compile("r_record", "data, pos", body)
 
     def _compile(self, fn: str, args: str, body: list[str]) -> Callable[..., Any]:
+        built = native.compiled(fn, args, body, self.ns)
+        if built is not None:
+            return built
         src = f"def {fn}({args}):\n" + "".join(f"    {line}\n" for line in body)
         exec(compile(src, f"<schemas.binary {self.record} {fn}>", "exec"), self.ns)
         return self.ns[fn]  # type: ignore[no-any-return]

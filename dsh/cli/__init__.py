@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from deploy.config import configure_codec
+
+        configure_codec()
         result: int = args.handler(args)
     except SessionError as exc:
         print(f"dsh: error [{exc.code}]: {exc.message}", file=sys.stderr)

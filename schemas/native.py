@@ -1,0 +1,129 @@
+"""The generated record readers, compiled to native code with Cython when built.
+
+:mod:`schemas.codegen` writes each record's reader as Python source. ``python -m
+schemas.native`` (run by ``make setup``) takes the source of every reader of the packaged
+schemas, compiles it with Cython into ``schemas/_native_codec`` and keys each function by a
+digest of its source. When the codec generates a reader whose digest the module holds, it takes
+the native function instead of ``exec``-ing the source; any other reader (a schema added
+since the build, a store of the caller's own) is the Python one. Same source, same values,
+same errors: the tests decode with both and compare.
+
+Only two things are declared for C: the reader's arguments (``bytes data``, ``Py_ssize_t
+pos``) and its two scratch integers (``b``, a byte; ``z``, a two-byte varint below 2**14).
+Everything else stays Python objects with Python semantics, so a corrupt record fails the
+same way (an ``IndexError`` past the end, an ``OverflowError`` for a length beyond any buffer,
+both reported by the codec as a ``CorruptRecordError``).
+
+Whether the native readers are used is the process's choice (``configure``; the services
+take it from ``DSH_CODEC_NATIVE``, see ``deploy.config.CodecSettings``). By default they are,
+when built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+MODULE = "schemas._native_codec"
+
+
+class Source(NamedTuple):
+    """One generated reader as the build needs it."""
+
+    fn: str
+    args: str
+    body: tuple[str, ...]
+    names: tuple[str, ...]  # what its namespace binds (helpers, nested readers, constants)
+
+    @property
+    def key(self) -> str:
+        return source_key(self.fn, self.args, self.body)
+
+
+@dataclass
+class _State:
+    factories: dict[str, Callable[[dict[str, Any]], Callable[..., Any]]] | None = None
+    loaded: bool = False
+    enabled: bool = True
+    recorder: list[Source] | None = None
+    native: int = 0  # readers taken from the module
+    python: int = 0  # readers exec'd from source
+
+
+_state = _State()
+
+
+def source_key(fn: str, args: str, body: Sequence[str]) -> str:
+    """What identifies a generated function: its name, arguments and body, exactly."""
+    text = f"{fn}({args})\n" + "\n".join(body)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def configure(enabled: bool) -> None:
+    """Use the native readers (when built) for readers compiled from now on, or not."""
+    _state.enabled = enabled
+
+
+def _factories() -> dict[str, Callable[[dict[str, Any]], Callable[..., Any]]]:
+    if not _state.enabled:
+        return {}
+    if not _state.loaded:
+        _state.loaded = True
+        try:
+            _state.factories = dict(importlib.import_module(MODULE).FACTORIES)
+        except ImportError:  # not built here: the Python readers, as before
+            _state.factories = None
+    return _state.factories or {}
+
+
+def compiled(
+    fn: str, args: str, body: Sequence[str], ns: dict[str, Any]
+) -> Callable[..., Any] | None:
+    """The native build of this generated function, bound to ``ns``; None if there is none."""
+    if fn != "r_record":
+        return None
+    if _state.recorder is not None:
+        _state.recorder.append(Source(fn, args, tuple(body), tuple(_names(ns, fn))))
+    factory = _factories().get(source_key(fn, args, body))
+    if factory is None:
+        _state.python += 1
+        return None
+    _state.native += 1
+    return factory(ns)
+
+
+def status() -> tuple[bool, int, int]:
+    """(module loaded and enabled, readers native so far, readers in Python so far)."""
+    return bool(_factories()), _state.native, _state.python
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Readers compiled inside are the Python ones (the tests' reference)."""
+    saved = _state.enabled
+    _state.enabled = False
+    try:
+        yield
+    finally:
+        _state.enabled = saved
+
+
+@contextmanager
+def recording() -> Iterator[list[Source]]:
+    """Every reader generated inside, in the order generated (Python readers: the build's
+    input)."""
+    sources: list[Source] = []
+    _state.recorder = sources
+    try:
+        with disabled():
+            yield sources
+    finally:
+        _state.recorder = None
+
+
+def _names(ns: dict[str, Any], fn: str) -> list[str]:
+    return [k for k in ns if k.isidentifier() and not k.startswith("__") and k != fn]

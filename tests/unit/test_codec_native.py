@@ -1,0 +1,107 @@
+"""The Cython build of the codec's readers (``schemas/native.py``): built for every reader of the
+packaged schemas, and indistinguishable from the Python readers it is built from — the same
+values, frozen or plain, and the same errors on truncated or damaged bytes."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import schemas
+from schemas import native
+from schemas.codec import Codec
+from schemas.errors import CodecError
+from schemas.native_build import collect_readers, module_source
+from schemas.store import SESSION_EVENT
+from tests.unit.test_codec_roundtrip import PROPS, any_events, session_ids
+
+pytest.importorskip("Cython", reason="the native extra is not installed: nothing is built")
+
+
+def _built() -> Any:
+    try:
+        return importlib.import_module(native.MODULE)
+    except ImportError:
+        pytest.fail("schemas/_native_codec is not built: run `make setup`")
+
+
+def _warmed(codec: Codec, data: bytes) -> Codec:
+    """Compile ``codec``'s plain and frozen readers of ``data``'s schema now."""
+    codec.decode(data)
+    codec.decode_frozen(data)
+    return codec
+
+
+SAMPLE = schemas.encode_event(
+    {"type": "turn/start", "seq": 0, "time": 1700000000000, "data": {"turn": 1}},
+    "s",
+)
+
+
+def _pair() -> tuple[Codec, Codec]:
+    """(native, python): two codecs whose event readers are compiled each way."""
+    with native.disabled():
+        python = _warmed(Codec(), SAMPLE)
+    return _warmed(Codec(), SAMPLE), python
+
+
+NATIVE, PYTHON = _pair()
+
+
+def test_every_reader_of_the_packaged_schemas_is_in_the_build() -> None:
+    readers = collect_readers()
+    assert len(readers) > 50
+    missing = {r.key for r in readers} - set(_built().FACTORIES)
+    assert not missing, f"{len(missing)} readers not in the build: run `make setup`"
+
+
+def test_the_codec_decodes_with_the_native_readers_unless_disabled() -> None:
+    fingerprint = SAMPLE[2:10]
+    assert type(NATIVE._reader(fingerprint).read).__name__ == "cython_function_or_method"
+    assert type(PYTHON._reader(fingerprint).read).__name__ == "function"
+
+
+def test_the_module_source_names_each_reader_by_its_source() -> None:
+    readers = collect_readers()[:2]
+    text = module_source(readers)
+    for r in readers:
+        assert f"{r.key!r}: _make_" in text
+        assert all(line in text for line in r.body)
+
+
+@PROPS
+@given(ev=any_events, session_id=session_ids)
+def test_native_and_python_readers_decode_the_same_values(
+    ev: dict[str, Any], session_id: str
+) -> None:
+    data = schemas.encode_event(ev, session_id)
+    assert NATIVE.decode(data, SESSION_EVENT) == PYTHON.decode(data, SESSION_EVENT)
+    native_frozen = NATIVE.decode_frozen(data, SESSION_EVENT)[1]
+    python_frozen = PYTHON.decode_frozen(data, SESSION_EVENT)[1]
+    assert native_frozen == python_frozen
+    assert [type(v) for v in native_frozen.values()] == [type(v) for v in python_frozen.values()]
+
+
+def _outcome(codec: Codec, data: bytes, frozen: bool) -> Any:
+    try:
+        return codec.decode_frozen(data) if frozen else codec.decode(data)
+    except CodecError as exc:
+        return type(exc)
+
+
+@PROPS
+@given(ev=any_events, cut=st.integers(min_value=10), flip=st.data(), frozen=st.booleans())
+def test_damaged_bytes_fail_the_same_way_in_both(
+    ev: dict[str, Any], cut: int, flip: st.DataObject, frozen: bool
+) -> None:
+    data = schemas.encode_event(ev, "s")
+    truncated = data[: 10 + cut % (len(data) - 9)]
+    assert _outcome(NATIVE, truncated, frozen) == _outcome(PYTHON, truncated, frozen)
+    at = flip.draw(st.integers(min_value=10, max_value=len(data) - 1))
+    byte = flip.draw(st.integers(min_value=0, max_value=255))
+    damaged = data[:at] + bytes([byte]) + data[at + 1 :]
+    assert _outcome(NATIVE, damaged, frozen) == _outcome(PYTHON, damaged, frozen)
