@@ -79,6 +79,8 @@ from schemas.frames import DraftFrame, decode_command_frames, event_prefix, even
 log = logging.getLogger("dsh.writer")
 
 _KAFKA_TIMEOUT_S = 30.0
+# Shutdown waits this long at most for an abort: SIGTERM has a deadline of its own (k8s: 30 s).
+_CLOSE_TIMEOUT_S = 5.0
 _TOPICS_APPEAR_S = 5.0
 # Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
 CHECKPOINT_BYTES_PER_BATCH = 1 << 20
@@ -315,9 +317,31 @@ class Writer:
         for c in (self._reader, self._probe, self._peek):
             if c is not None:
                 c.close()
+        self._close_producers()
         self.partitions.clear()
         metrics.PARTITIONS_OWNED.set(0)
         log.info("writer %s stopped", self.transactional_id)
+
+    def _close_producers(self) -> None:
+        """End the producers now rather than at garbage collection (their threads would go on
+        reconnecting to a broker that is gone). A transaction begun and not committed is
+        aborted first: its commands go to the next owner with their offsets. A producer whose
+        abort failed is left to the collector, as closing it would try the abort again and
+        wait for a coordinator that did not answer."""
+        for lane, producer in enumerate(self._producers):
+            if lane in self._open:
+                try:
+                    producer.abort_transaction(_CLOSE_TIMEOUT_S)
+                except KafkaException as exc:
+                    log.warning("%s: abort at shutdown: %s", self._lane_id(lane), exc)
+                    continue
+                self._open.discard(lane)
+            try:
+                producer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("%s: close: %s", self._lane_id(lane), exc)
+        self._producers = []
+        self._producer = None
 
     # -- ownership ------------------------------------------------------------------------
 

@@ -67,3 +67,10 @@ class DeadLetters:
                     f"DLQ: {left} record(s) not delivered in {timeout_s}s", code="DLQ_UNDELIVERED"
                 )
             self.pending = 0
+
+    def close(self) -> None:
+        """Deliver what is pending, then end the producer's threads (if one was made)."""
+        self.flush()
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None

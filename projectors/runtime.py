@@ -171,7 +171,7 @@ class Runtime(Generic[S]):
             self._consumer = None
             self.link.close()
             consumer.close()
-            self.dlq.flush()
+            self.dlq.close()
             log.info("projector %s stopped: %s", self.name, dict(self.stats))
 
     def _next_batch(self, consumer: Consumer, wait: bool) -> list[Message]:

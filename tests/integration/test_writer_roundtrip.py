@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ from tests.integration.writer_support import (
     run_script_in_process,
     running_writer,
     user,
+    wait_for,
     without_time,
     writer_settings,
 )
@@ -277,6 +279,25 @@ def test_a_retried_request_id_appends_once(topics: KafkaSettings, client: Sessio
     twice.append(client.append_async(sid, "step/start", {"turn": 1, "step": 1}, request_id="r2"))
     assert twice[0].result(20) == twice[1].result(20)
     assert [e.seq for e in client.read(sid).events()] == [0, 1, 2, 3]
+
+
+def _kafka_client_threads() -> int:
+    """librdkafka's threads in this process (it names them rdk:main, rdk:broker…)."""
+    tasks = Path("/proc/self/task").iterdir()
+    return sum(1 for t in tasks if (t / "comm").read_text().startswith("rdk:"))
+
+
+def test_a_stopped_writer_ends_every_kafka_client_it_made(topics: KafkaSettings) -> None:
+    sid = f"close-{uuid.uuid4().hex[:8]}"
+    before = _kafka_client_threads()
+    with running_writer(topics, writer_settings()) as writer:
+        with SessionClient(settings=topics, timeout=20) as client:
+            client.append(sid, "turn/start", {"turn": 1})
+        assert _kafka_client_threads() > before
+    # The writer object is still referenced: its producers must have been closed, not left
+    # to the garbage collector.
+    assert writer.owned == []
+    wait_for(lambda: _kafka_client_threads() == before, 10, "the writer's clients to end")
 
 
 def test_a_retry_after_a_writer_restart_is_answered_from_the_log(topics: KafkaSettings) -> None:
