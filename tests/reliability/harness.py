@@ -193,12 +193,14 @@ class Namespace:
     def writer(self, name: str, **extra: object) -> Service:
         return Service(name, ["writer"], self.writer_env(**extra), self.tmp / f"{name}.log")
 
-    def projector(self, projection: str, **extra: object) -> Service:
+    def projector(self, projection: str, name: str | None = None, **extra: object) -> Service:
+        """A projector process; ``name`` tells apart several instances of one projection."""
+        name = name or projection
         return Service(
-            projection,
+            name,
             ["project", projection],
             self.projector_env(**extra),
-            self.tmp / f"projector-{projection}.log",
+            self.tmp / f"projector-{name}.log",
         )
 
 
@@ -567,6 +569,56 @@ def longest_stall(history: History, since: float) -> float:
                 if after >= since:
                     longest = max(longest, after - before)
     return longest
+
+
+class VisibilityWatch:
+    """Samples a projection's applied seq of every session against the client's last
+    acknowledgement, and keeps the longest time any session had acknowledged events that were
+    not visible and its applied seq did not move: how long a reader waited, at worst."""
+
+    def __init__(self, client: redis.Redis, prefix: str, history: History, projection: str) -> None:
+        self.client, self.prefix, self.history, self.projection = (
+            client,
+            prefix,
+            history,
+            projection,
+        )
+        self.longest = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> VisibilityWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        behind_since: dict[str, tuple[int, float]] = {}  # session → (applied seq, since)
+        sessions = self.history.sessions
+        keys = [f"{self.prefix}:{{{sid}}}:{self.projection}:meta" for sid in sessions]
+        while not self._stop.wait(0.05):
+            acked = self.history.last_seq()
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hget(key, "applied")
+            try:
+                values = pipe.execute()
+            except redis.RedisError:
+                continue
+            now = time.monotonic()
+            for sid, value in zip(sessions, values, strict=True):
+                applied = -1 if value is None else int(value)
+                if applied >= acked[sid]:
+                    behind_since.pop(sid, None)
+                    continue
+                seen = behind_since.get(sid)
+                if seen is None or seen[0] != applied:
+                    behind_since[sid] = (applied, now)
+                else:
+                    self.longest = max(self.longest, now - seen[1])
 
 
 def recovered(history: History, counts_at_fault: dict[str, int], window: int) -> bool:

@@ -21,6 +21,7 @@ from tests.reliability.harness import (
     Namespace,
     Pipeline,
     Service,
+    VisibilityWatch,
     check_history,
     longest_stall,
     projections_reach,
@@ -216,6 +217,53 @@ def test_sigkill_a_projector_mid_batch(
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
         _finish("projector SIGKILL", pipeline, ns, load, redis_client, history, extra)
+
+
+def test_a_rolling_restart_of_two_surface_projectors_moves_only_the_partitions_that_change_hands(
+    ns: Namespace, load: Load, redis_client: redis.Redis
+) -> None:
+    """A deploy of a projection run by two instances: each in turn stops on SIGTERM and a new
+    process takes its place. The cooperative protocol moves only what changes hands: the
+    instance that stays is never asked to give up a partition while the other leaves, so its
+    sessions stay live. Records how long any session's surface lagged its acknowledgements."""
+    with Pipeline(ns) as pipeline:
+        first = pipeline.projectors["surface"]
+        second = ns.projector("surface", name="surface-b")
+        pipeline.projectors["surface-b"] = second
+        instances = [first, second]
+        wait_for(lambda: split(instances), 60, "two surface projectors splitting the partitions")
+
+        def fault(history: History, counts: dict[str, int]) -> dict[str, Any]:
+            figures: dict[str, Any] = {}
+            with VisibilityWatch(redis_client, ns.key_prefix, history, "surface") as watch:
+                time.sleep(1.0)
+                figures["surface_lag_before_s"] = watch.longest
+                for old, other in ((first, second), (second, first)):
+                    revoked_before = other.log().count("partitions revoked")
+                    old.expected_down = True
+                    stopping = time.monotonic()
+                    old.signal(signal.SIGTERM)
+                    assert old.process is not None
+                    assert old.process.wait(30) == 0, f"{old.name} did not stop cleanly"
+                    wait_for(partial(_owns_all, other), 30, f"{other.name} owning all")
+                    figures[f"{old.name}_handover_s"] = time.monotonic() - stopping
+                    # Eager rebalancing would have revoked everything the other owned here.
+                    assert other.log().count("partitions revoked") == revoked_before
+                    old.start()
+                    figures[f"{old.name}_rejoin_s"] = wait_for(
+                        lambda: split(instances), 60, "the two splitting again"
+                    )
+                time.sleep(1.0)
+                figures["surface_lag_longest_s"] = watch.longest
+            return figures
+
+        history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
+        logs = "".join(p.log() for p in instances)
+        extra["partitions_revoked"] = logs.count("partitions revoked")
+        extra["partitions_lost"] = logs.count("partitions lost")
+        _finish(
+            "surface projector rolling restart", pipeline, ns, load, redis_client, history, extra
+        )
 
 
 def test_redis_restarted_empty_is_rebuilt_from_the_log(
