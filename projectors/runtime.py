@@ -65,6 +65,7 @@ class Entry(Generic[S]):
     state: S
     blocked: bool = False
     apply: tuple[Any, ...] | None = None  # ("EVALSHA", sha, numkeys, *keys), built once
+    partition: int = -1  # where its events come from: a revoked partition's entries go
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Batch:
     dead letters flushed); its offsets are committed only after that."""
 
     messages: Sequence[Message]
-    sessions: set[str]
+    sessions: dict[str, int]  # session → its partition
     commands: list[tuple[Any, ...]]
     queued: list[Record | Poison]
     rebuild: dict[int, set[str]]
@@ -287,9 +288,11 @@ class Runtime(Generic[S]):
         if not partitions:
             return
         self._settle_before_rebalance(consumer)
-        # The next owner may apply these partitions' sessions: what the cache believes of
-        # them is stale from now on (a session's entry does not say its partition).
-        self.cache.clear()
+        # The next owner applies these partitions' sessions: what the cache believes of them
+        # is stale from now on. The sessions of the partitions kept stay cached.
+        gone = {tp.partition for tp in partitions}
+        for sid in [sid for sid, e in self.cache.items() if e.partition in gone or e.partition < 0]:
+            del self.cache[sid]
         consumer.incremental_unassign(partitions)
         self.stats["partitions_revoked"] += len(partitions)
         for tp in partitions:
@@ -400,7 +403,7 @@ class Runtime(Generic[S]):
             decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0, m.headers())
             for m in messages
         ]
-        sessions = {i.session_id for i in items if type(i) is Record}
+        sessions = {i.session_id: i.partition for i in items if type(i) is Record}
         self._load(sessions)
         commands, queued, rebuild = self._plan(items)
         return Batch(
@@ -430,14 +433,14 @@ class Runtime(Generic[S]):
                 metrics.EVENTS.labels(self.name, result).inc(n)
                 self._published[result] = self.stats[result]
 
-    def _load(self, sessions: set[str]) -> None:
+    def _load(self, sessions: dict[str, int]) -> None:
         missing = [sid for sid in sessions if sid not in self.cache]
-        for sid in sessions - set(missing):
+        for sid in sessions.keys() - set(missing):
             self.cache.move_to_end(sid)
         if not missing:
             return
         inflight = self._inflight
-        if inflight is not None and not inflight.sessions.isdisjoint(missing):
+        if inflight is not None and not inflight.sessions.keys().isdisjoint(missing):
             # A session of the batch in flight was dropped from the cache (Redis refused one
             # of its events, or it was evicted): read its state only after Redis ran that batch.
             inflight.pending.result()
@@ -450,7 +453,7 @@ class Runtime(Generic[S]):
         for sid, session_reads, is_blocked in zip(missing, reads, blocked, strict=True):
             state = self.projection.load(replies[at : at + len(session_reads)])
             at += len(session_reads)
-            self.cache[sid] = Entry(state, bool(is_blocked))
+            self.cache[sid] = Entry(state, bool(is_blocked), partition=sessions[sid])
 
     def _plan(
         self, items: Sequence[Record | Poison]
@@ -638,7 +641,8 @@ class Runtime(Generic[S]):
             commands, state, blocked = self._rebuild_commands(sid, items)
             batch += commands
             applied += self.projection.applied(state) + 1
-            self.cache[sid] = Entry(state, blocked)
+            partition = next((i.partition for i in items if type(i) is Record), -1)
+            self.cache[sid] = Entry(state, blocked, partition=partition)
             metrics.REBUILDS.labels(self.name, cause).inc()
             self.stats["rebuilt"] += 1
             if len(batch) >= chunk:

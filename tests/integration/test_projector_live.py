@@ -137,6 +137,29 @@ def test_an_instance_joining_takes_only_its_share_while_the_other_keeps_its_own(
         assert reader.surface(s.id).messages == json.loads(json.dumps(s.derive_messages()))
 
 
+def test_an_instance_giving_up_partitions_keeps_the_cached_sessions_of_the_others(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    sessions = [simple_session(f"keep-{i}", turns=2) for i in range(16)]
+    publish(topics, interleave(*sessions))
+    with projectors_running(topics, servers.redis_url, names=("surface",)) as first:
+        a = first["surface"]
+        wait_until(
+            lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
+            what="all sessions on the surface",
+        )
+        before = dict(a.cache)
+        assert len(before) == len(sessions)
+        with projectors_running(topics, servers.redis_url, names=("surface",)) as second:
+            b = second["surface"]
+            wait_until(lambda: bool(b.partitions), what="the second taking its share")
+            kept = {sid: e for sid, e in before.items() if e.partition in a.partitions}
+            gone = before.keys() - kept.keys()
+            assert kept and gone
+            assert all(a.cache.get(sid) is entry for sid, entry in kept.items())
+            assert not gone & a.cache.keys()
+
+
 def test_a_tiny_session_cache_reloads_state_from_redis_and_stays_exact(
     topics: KafkaSettings, redis_client: redis.Redis, servers
 ) -> None:

@@ -584,6 +584,7 @@ class VisibilityWatch:
             projection,
         )
         self.longest = 0.0
+        self.per_session: dict[str, float] = {}  # each session's longest
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -618,7 +619,13 @@ class VisibilityWatch:
                 if seen is None or seen[0] != applied:
                     behind_since[sid] = (applied, now)
                 else:
-                    self.longest = max(self.longest, now - seen[1])
+                    waited = now - seen[1]
+                    self.longest = max(self.longest, waited)
+                    self.per_session[sid] = max(self.per_session.get(sid, 0.0), waited)
+
+    def sessions_over(self, seconds: float) -> int:
+        """How many sessions lagged longer than ``seconds`` at least once."""
+        return sum(1 for waited in self.per_session.values() if waited > seconds)
 
 
 def recovered(history: History, counts_at_fault: dict[str, int], window: int) -> bool:

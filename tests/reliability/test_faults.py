@@ -255,6 +255,8 @@ def test_a_rolling_restart_of_two_surface_projectors_moves_only_the_partitions_t
                     )
                 time.sleep(1.0)
                 figures["surface_lag_longest_s"] = watch.longest
+                # Sessions that waited: under cooperative rebalancing, those of moved partitions.
+                figures["sessions_lagging_over_0_5_s"] = watch.sessions_over(0.5)
             return figures
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
