@@ -1,7 +1,7 @@
 """The generated record readers, compiled to native code with Cython when built.
 
 :mod:`schemas.codegen` writes each record's reader as Python source. ``python -m
-schemas.native`` (run by ``make setup``) takes the source of every reader of the packaged
+schemas.native_build`` (run by ``make setup``) takes the source of every reader of the packaged
 schemas, compiles it with Cython into ``schemas/_native_codec`` and keys each function by a
 digest of its source. When the codec generates a reader whose digest the module holds, it takes
 the native function instead of ``exec``-ing the source; any other reader (a schema added
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -87,13 +88,18 @@ def compiled(
     if fn != "r_record":
         return None
     if _state.recorder is not None:
-        _state.recorder.append(Source(fn, args, tuple(body), tuple(_names(ns, fn))))
+        _state.recorder.append(Source(fn, args, tuple(body), _names(ns, body)))
     factory = _factories().get(source_key(fn, args, body))
     if factory is None:
         _state.python += 1
         return None
+    try:
+        built = factory(ns)
+    except KeyError:  # the build binds a name this codec no longer has: stale, use Python
+        _state.python += 1
+        return None
     _state.native += 1
-    return factory(ns)
+    return built
 
 
 def status() -> tuple[bool, int, int]:
@@ -125,5 +131,10 @@ def recording() -> Iterator[list[Source]]:
         _state.recorder = None
 
 
-def _names(ns: dict[str, Any], fn: str) -> list[str]:
-    return [k for k in ns if k.isidentifier() and not k.startswith("__") and k != fn]
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names(ns: dict[str, Any], body: Sequence[str]) -> tuple[str, ...]:
+    """The namespace's names the body uses (helpers, nested readers, constants)."""
+    used = {name for line in body for name in _IDENTIFIER.findall(line)}
+    return tuple(k for k in ns if k in used)

@@ -65,6 +65,14 @@ def test_the_codec_decodes_with_the_native_readers_unless_disabled() -> None:
     assert type(PYTHON._reader(fingerprint).read).__name__ == "function"
 
 
+def test_a_build_that_binds_a_name_the_codec_no_longer_has_falls_back_to_python() -> None:
+    reader = next(r for r in collect_readers() if "FD" in r.names)
+    ns = {name: object() for name in reader.names if name != "FD"}
+    assert native.compiled(reader.fn, reader.args, reader.body, ns) is None
+    ns["FD"] = object()
+    assert native.compiled(reader.fn, reader.args, reader.body, ns) is not None
+
+
 def test_the_module_source_names_each_reader_by_its_source() -> None:
     readers = collect_readers()[:2]
     text = module_source(readers)
