@@ -272,7 +272,7 @@ def main() -> None:
             f"{r['avro-py decode']:,.0f}/s ({r['avro decode'] / r['avro-py decode']:.2f}x); "
             f"frozen {r['avro frozen decode']:,.0f}/s against {r['avro-py frozen decode']:,.0f}/s"
             f" ({r['avro frozen decode'] / r['avro-py frozen decode']:.2f}x)"
-            + ("" if native.status()[0] else "  [native build missing: both are Python]")
+            + ("" if native.available() else "  [native build missing: both are Python]")
         )
         print(
             f"  avro/orjson: encode {r['avro encode'] / r['orjson encode']:.2f}x,"

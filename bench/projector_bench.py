@@ -525,7 +525,7 @@ def main() -> None:
     values.sort(key=lambda v: (int(decode(v[0].encode(), v[1], 0, 0).seq), v[0]))  # type: ignore[union-attr]
     total = len(values)
     out: dict[str, Any] = {"events": total, "sessions": args.sessions}
-    out["codec_native"] = native.status()[0]
+    out["codec_native"] = native.available()
     for name in PROJECTIONS if total else ():
         if name == PROJECTIONS[0]:
             publish(kafka, values)

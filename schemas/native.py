@@ -51,8 +51,6 @@ class _State:
     loaded: bool = False
     enabled: bool = True
     recorder: list[Source] | None = None
-    native: int = 0  # readers taken from the module
-    python: int = 0  # readers exec'd from source
 
 
 _state = _State()
@@ -91,20 +89,16 @@ def compiled(
         _state.recorder.append(Source(fn, args, tuple(body), _names(ns, body)))
     factory = _factories().get(source_key(fn, args, body))
     if factory is None:
-        _state.python += 1
         return None
     try:
-        built = factory(ns)
+        return factory(ns)
     except KeyError:  # the build binds a name this codec no longer has: stale, use Python
-        _state.python += 1
         return None
-    _state.native += 1
-    return built
 
 
-def status() -> tuple[bool, int, int]:
-    """(module loaded and enabled, readers native so far, readers in Python so far)."""
-    return bool(_factories()), _state.native, _state.python
+def available() -> bool:
+    """Whether readers compiled from now on may be native (built, and not disabled)."""
+    return bool(_factories())
 
 
 @contextmanager
