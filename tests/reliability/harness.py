@@ -583,7 +583,6 @@ class VisibilityWatch:
             history,
             projection,
         )
-        self.longest = 0.0
         self.per_session: dict[str, float] = {}  # each session's longest
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -620,12 +619,17 @@ class VisibilityWatch:
                     behind_since[sid] = (applied, now)
                 else:
                     waited = now - seen[1]
-                    self.longest = max(self.longest, waited)
                     self.per_session[sid] = max(self.per_session.get(sid, 0.0), waited)
+
+    # Read while the sampler writes: list() copies the values in one step (no thread switch
+    # inside it), where iterating the live dict could meet it resized.
+    @property
+    def longest(self) -> float:
+        return max(list(self.per_session.values()), default=0.0)
 
     def sessions_over(self, seconds: float) -> int:
         """How many sessions lagged longer than ``seconds`` at least once."""
-        return sum(1 for waited in self.per_session.values() if waited > seconds)
+        return sum(1 for waited in list(self.per_session.values()) if waited > seconds)
 
 
 def recovered(history: History, counts_at_fault: dict[str, int], window: int) -> bool:
