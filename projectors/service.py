@@ -12,6 +12,7 @@ import redis
 
 from deploy.config import KafkaSettings, RedisSettings
 from deploy.interpreters import parse_interpreters as parse
+from deploy.stacks import dump_stacks_on_signal
 from projectors import metrics
 from projectors.audit import AuditProjection
 from projectors.batch_io import RedisClient
@@ -67,6 +68,7 @@ def run(name: str) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    dump_stacks_on_signal()
     runtime.run(stop)
 
 
