@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -26,12 +26,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from pydantic import SecretStr
 
 from deploy.config import KafkaSettings
+from deploy.stacks import DUMP_SIGNAL
 from deploy.topics import partition_for
 from producers import AppendTimeoutError, SessionClient
 from producers.restore import REQUEST_HEADER
 from schemas import decode_event
 
 REPO = Path(__file__).resolve().parents[2]
+REPO_FRAME = f'File "{REPO}/'  # a stack frame of the project's own code
 PARTITIONS = 4
 PROJECTIONS = ("surface", "transcript", "audit")
 FIGURES = Path(os.environ.get("DSH_RELIABILITY_FIGURES", REPO / ".state" / "reliability.jsonl"))
@@ -54,13 +56,20 @@ class Load:
         return cls("reduced", sessions=24, window=4, warmup_s=2.0, after_s=1.0)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll until true; returns the seconds it took. Bounded: fails after ``timeout``."""
+def wait_for(
+    predicate: Callable[[], bool],
+    timeout: float,
+    what: str,
+    explain: Callable[[], str] | None = None,
+) -> float:
+    """Poll until true; returns the seconds it took. Bounded: fails after ``timeout``, with
+    ``explain()`` (what is still missing) in the message."""
     started = time.monotonic()
     deadline = started + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            detail = f": {explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
         time.sleep(0.05)
     return time.monotonic() - started
 
@@ -92,6 +101,7 @@ class Service:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0  # by the supervisor, after the process exited on its own
+        self.exit_codes: list[int] = []  # of those exits
         self.expected_down = False  # killed on purpose: the supervisor leaves it down
         self.lock = threading.Lock()  # the test and the supervisor both start processes
         self.start()
@@ -157,6 +167,7 @@ class Namespace:
     tmp: Path
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     redis_env: dict[str, str] = field(default_factory=dict)
+    services: list[Service] = field(default_factory=list)  # every process started here
 
     @property
     def key_prefix(self) -> str:
@@ -191,17 +202,40 @@ class Namespace:
         )
 
     def writer(self, name: str, **extra: object) -> Service:
-        return Service(name, ["writer"], self.writer_env(**extra), self.tmp / f"{name}.log")
+        service = Service(name, ["writer"], self.writer_env(**extra), self.tmp / f"{name}.log")
+        self.services.append(service)
+        return service
 
     def projector(self, projection: str, name: str | None = None, **extra: object) -> Service:
         """A projector process; ``name`` tells apart several instances of one projection."""
         name = name or projection
-        return Service(
+        service = Service(
             name,
             ["project", projection],
             self.projector_env(**extra),
             self.tmp / f"projector-{name}.log",
         )
+        self.services.append(service)
+        return service
+
+    def stacks(self, kind: str = "writer") -> str:
+        """The Python stacks of the live ``kind`` services (SIGUSR1: deploy/stacks.py), for a
+        failure message: what a process that stopped progressing is waiting in."""
+        live = [s for s in self.services if s.args[0] == kind and s.alive()]
+        sizes = {s.name: s.log_path.stat().st_size for s in live}
+        for s in live:
+            s.signal(DUMP_SIGNAL)
+        time.sleep(1.0)
+        dumps = []
+        for s in live:
+            with s.log_path.open("rb") as f:
+                f.seek(sizes[s.name])
+                text = f.read().decode(errors="replace")
+            frames = [
+                line for line in text.splitlines() if "(most recent" in line or REPO_FRAME in line
+            ]
+            dumps.append(f"[{s.name}] " + " | ".join(line.strip() for line in frames[:40]))
+        return "\n".join(dumps)
 
 
 def split(writers: list[Service]) -> bool:
@@ -269,6 +303,7 @@ class History:
         self.acked: dict[str, list[Ack]] = {sid: [] for sid in sessions}
         self.rejected: list[tuple[str, str, str]] = []  # (session, request id, error)
         self.retries = 0
+        self.last_timeout: dict[str, str] = {}  # session -> its latest AppendTimeoutError
         self.unresolved = 0
         self.abandoned = 0  # timed out after the load was told to stop (outcome unknown)
         self.lock = threading.Lock()
@@ -337,7 +372,7 @@ class LoadDriver:
             for _attempt in range(30):
                 try:
                     ev = future.result()
-                except AppendTimeoutError:
+                except AppendTimeoutError as exc:
                     if self.stop_flag.is_set():
                         # Winding down: an unknown outcome is simply not acknowledged.
                         with h.lock:
@@ -345,6 +380,7 @@ class LoadDriver:
                         break
                     with h.lock:
                         h.retries += 1
+                        h.last_timeout[sid] = str(exc)
                     future = self._submit(sid, n, rid)
                     continue
                 except Exception as exc:
@@ -633,19 +669,52 @@ class VisibilityWatch:
 
 
 def recovered(history: History, counts_at_fault: dict[str, int], window: int) -> bool:
+    """Every session acknowledged more than a window since the fault. A rejected append
+    stops its session for good, so it fails at once rather than after the whole bound."""
+    with history.lock:
+        rejected = list(history.rejected)
+    if rejected:
+        raise AssertionError(f"{len(rejected)} appends rejected, first: {rejected[:3]}")
     now = history.count_at()
     return all(now[sid] > counts_at_fault[sid] + window for sid in history.sessions)
+
+
+def not_recovered(history: History, counts_at_fault: dict[str, int], window: int) -> str:
+    """The sessions ``recovered`` still waits for, with their partition and latest timeout."""
+    now = history.count_at()
+    with history.lock:
+        last_timeout = dict(history.last_timeout)
+        retries = history.retries
+    stuck = [
+        f"{sid} (partition {partition_for(sid, PARTITIONS)}, {now[sid] - counts_at_fault[sid]}"
+        f" acked since the fault; {last_timeout.get(sid, 'no timeout')})"
+        for sid in history.sessions
+        if now[sid] <= counts_at_fault[sid] + window
+    ]
+    return f"{len(stuck)} sessions, {retries} retries in all: " + "; ".join(stuck)
 
 
 class Pipeline:
     """Two writers and the three projectors, each its own process, in one namespace."""
 
-    def __init__(self, ns: Namespace, projectors: bool = True, **writer_extra: object) -> None:
+    def __init__(
+        self,
+        ns: Namespace,
+        projectors: bool = True,
+        first_writer: Mapping[str, object] | None = None,
+        **writer_extra: object,
+    ) -> None:
+        """``first_writer``: settings of writer-a's first process only (a failpoint, say);
+        the supervisor restarts it without them."""
         self.ns = ns
         self.writers = [
-            ns.writer("writer-a", **writer_extra),
+            ns.writer("writer-a", **writer_extra, **(first_writer or {})),
             ns.writer("writer-b", **writer_extra),
         ]
+        first = self.writers[0]
+        for key in first_writer or {}:
+            first.env.pop(f"DSH_WRITER_{key.upper()}", None)
+        first.env |= ns.writer_env(**writer_extra)
         self.projectors = {p: ns.projector(p) for p in PROJECTIONS} if projectors else {}
         self._closing = threading.Event()
         self._supervisor = threading.Thread(target=self.supervise, daemon=True)
@@ -658,6 +727,8 @@ class Pipeline:
                 with s.lock:
                     crashed = not s.expected_down and not s.alive()
                 if crashed and not self._closing.is_set():
+                    assert s.process is not None
+                    s.exit_codes.append(s.process.returncode)
                     s.restarts += 1
                     s.start()
 
@@ -708,7 +779,12 @@ def run_load(
         extra = fault(history, counts)
         # In-process recovery after a broker kill (restores retried while leadership and the
         # coordinators move) takes 20-40 s; the bound leaves room for a loaded CI machine.
-        wait_for(lambda: recovered(history, counts, load.window), 180, "every session served")
+        wait_for(
+            lambda: recovered(history, counts, load.window),
+            180,
+            "every session served",
+            explain=lambda: f"{not_recovered(history, counts, load.window)}\n{ns.stacks()}",
+        )
         extra.setdefault("recovery_s", recovery_seconds(history, fault_at, counts, load.window))
         time.sleep(load.after_s)
     assert not history.rejected, history.rejected[:3]
