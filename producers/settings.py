@@ -69,6 +69,11 @@ class WriterSettings(StrictSettings):
     # After each young collection, move what survived it to the permanent generation
     # (gc.freeze), so no older collection ever walks the sessions' state (see writer.run).
     gc_freeze: bool = False
+    # A call into librdkafka still running this long past its own timeout ends the process
+    # (exit code 70) for its supervisor to start afresh: librdkafka does not always keep the
+    # timeouts of its transactional calls, and a writer blocked in one serves nothing and
+    # holds its partitions (deploy/watchdog.py). 0: wait for ever.
+    stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
     metrics_port: Annotated[int, Field(ge=0)] = 9464  # 0: no /metrics server
     # Message-projection interpreters, "event/type=package.module:function,…" (the same spec
     # as DSH_PROJECTOR_PROJECTIONS): an event of a type missing here is rejected.
@@ -80,5 +85,6 @@ class WriterSettings(StrictSettings):
     # Test-only fault injection, "stop-before-produce:<request id>" or
     # "stop-before-commit:<request id>": the process SIGSTOPs itself in the middle of the batch
     # that holds that request (before its records, or with its offsets sent), to make zombies
-    # and dead owners with open transactions on purpose.
+    # and dead owners with open transactions on purpose. "hang-in-send-offsets-after:<s>": the
+    # first offsets sent that many seconds after start never return (a stuck librdkafka call).
     failpoint: str = ""

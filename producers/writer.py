@@ -41,6 +41,7 @@ from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from deploy.interpreters import parse_interpreters
 from deploy.kafka_errors import cluster_topics
 from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for, partition_ids
+from deploy.watchdog import CallWatchdog
 from dsh.errors import SessionError
 from producers import metrics
 from producers.errors import (
@@ -81,6 +82,7 @@ log = logging.getLogger("dsh.writer")
 _KAFKA_TIMEOUT_S = 30.0
 # Shutdown waits this long at most for an abort: SIGTERM has a deadline of its own (k8s: 30 s).
 _CLOSE_TIMEOUT_S = 5.0
+_HANG_FAILPOINT = "hang-in-send-offsets-after"
 _TOPICS_APPEAR_S = 5.0
 # Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
 CHECKPOINT_BYTES_PER_BATCH = 1 << 20
@@ -168,6 +170,12 @@ class Writer:
         self._shared_id = bool(settings.transactional_id)  # another process may start with it
         self._stop = threading.Event()
         self._failpoint = settings.failpoint
+        # Failpoint "hang-in-send-offsets-after:S": the first offsets sent S seconds after
+        # start never return, as librdkafka's sometimes do not (deploy/watchdog.py).
+        kind, _, after = settings.failpoint.partition(":")
+        self._hang_at = time.monotonic() + float(after) if kind == _HANG_FAILPOINT else None
+        self._watchdog = CallWatchdog(settings.stuck_call_grace_s)
+        self._watch = self._watchdog.watch
         # The producer of the open transaction; with commit overlap there are two that take
         # turns (see _process), each with its own transactional id.
         self._producer: Producer | None = None
@@ -238,7 +246,8 @@ class Writer:
         self._offsets_metadata = offsets_metadata(self.transactional_id, lanes)
         self._producers = [self._new_producer(i) for i in range(lanes)]
         for producer in self._producers:
-            producer.init_transactions(_KAFKA_TIMEOUT_S)
+            with self._watch("init_transactions", _KAFKA_TIMEOUT_S):
+                producer.init_transactions(_KAFKA_TIMEOUT_S)
         self._producer = self._producers[0]
         if lanes > 1:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="dsh-commit")
@@ -320,6 +329,7 @@ class Writer:
         self._close_producers()
         self.partitions.clear()
         metrics.PARTITIONS_OWNED.set(0)
+        self._watchdog.close()
         log.info("writer %s stopped", self.transactional_id)
 
     def _close_producers(self) -> None:
@@ -331,7 +341,8 @@ class Writer:
         for lane, producer in enumerate(self._producers):
             if lane in self._open:
                 try:
-                    producer.abort_transaction(_CLOSE_TIMEOUT_S)
+                    with self._watch("abort_transaction", _CLOSE_TIMEOUT_S):
+                        producer.abort_transaction(_CLOSE_TIMEOUT_S)
                 except KafkaException as exc:
                     log.warning("%s: abort at shutdown: %s", self._lane_id(lane), exc)
                     continue
@@ -554,7 +565,8 @@ class Writer:
         offsets, states = txn.offsets, txn.states
         begun = time.monotonic()
         try:
-            producer.begin_transaction()
+            with self._watch("begin_transaction", _KAFKA_TIMEOUT_S):  # local, no timeout
+                producer.begin_transaction()
             self._open.add(lane)
             handled = 0
             for m in records:
@@ -568,7 +580,8 @@ class Writer:
                 handled += 1
             if not offsets:
                 self._building = None
-                producer.abort_transaction(_KAFKA_TIMEOUT_S)
+                with self._watch("abort_transaction", _KAFKA_TIMEOUT_S):
+                    producer.abort_transaction(_KAFKA_TIMEOUT_S)
                 self._open.discard(lane)
                 return
             for p in offsets:
@@ -597,7 +610,8 @@ class Writer:
                 return
             # Acknowledged records of this transaction (or its doom, which the commit
             # reports) before the next transaction produces after them.
-            producer.flush(_KAFKA_TIMEOUT_S)
+            with self._watch("flush", _KAFKA_TIMEOUT_S):
+                producer.flush(_KAFKA_TIMEOUT_S)
             flushed = time.monotonic()
             self._settle()
             metrics.PHASE_FLUSH.observe(flushed - sent)
@@ -618,22 +632,29 @@ class Writer:
     def _send_offsets(self, producer: Producer, offsets: dict[int, int], group: object) -> None:
         """The commands' next offsets into the producer's transaction, with the group's metadata
         (KIP-447) and this writer's name (producers/takeover.py)."""
-        producer.send_offsets_to_transaction(
-            [
-                TopicPartition(self.topics.commands, p, o, metadata=self._offsets_metadata)
-                for p, o in offsets.items()
-            ],
-            group,
-            _KAFKA_TIMEOUT_S,
-        )
+        with self._watch("send_offsets_to_transaction", _KAFKA_TIMEOUT_S):
+            if self._hang_at is not None and time.monotonic() >= self._hang_at:
+                self._hang_at = None
+                log.warning("failpoint: hanging in send_offsets_to_transaction")
+                threading.Event().wait()  # never set: what librdkafka #5456 does
+            producer.send_offsets_to_transaction(
+                [
+                    TopicPartition(self.topics.commands, p, o, metadata=self._offsets_metadata)
+                    for p, o in offsets.items()
+                ],
+                group,
+                _KAFKA_TIMEOUT_S,
+            )
 
-    @staticmethod
-    def _commit(producer: Producer, records: list[Message], started: float, sent: float) -> None:
+    def _commit(
+        self, producer: Producer, records: list[Message], started: float, sent: float
+    ) -> None:
         """Commits the producer's transaction (retrying what librdkafka says may be retried)
         and observes its metrics. Runs on the commit thread with overlap."""
         for attempt in range(3):
             try:
-                producer.commit_transaction(_KAFKA_TIMEOUT_S)
+                with self._watch("commit_transaction", _KAFKA_TIMEOUT_S):
+                    producer.commit_transaction(_KAFKA_TIMEOUT_S)
                 break
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
@@ -692,7 +713,8 @@ class Writer:
         self._settle_quietly()
         for lane in sorted(self._open):
             try:
-                self._producers[lane].abort_transaction(_KAFKA_TIMEOUT_S)
+                with self._watch("abort_transaction", _KAFKA_TIMEOUT_S):
+                    self._producers[lane].abort_transaction(_KAFKA_TIMEOUT_S)
                 self._open.discard(lane)
             except KafkaException as exc:
                 log.error("abort failed: %s", exc)
@@ -800,7 +822,8 @@ class Writer:
                 return False
             producer = self._producers[lane]
             try:
-                producer.begin_transaction()
+                with self._watch("begin_transaction", _KAFKA_TIMEOUT_S):
+                    producer.begin_transaction()
                 self._open.add(lane)
                 for _, topic, value, key, partition, kind, request_id in records:
                     producer.produce(
@@ -811,7 +834,8 @@ class Writer:
                         headers=_record_headers(kind, request_id),
                     )
                 self._send_offsets(producer, offsets, group)
-                producer.commit_transaction(_KAFKA_TIMEOUT_S)
+                with self._watch("commit_transaction", _KAFKA_TIMEOUT_S):
+                    producer.commit_transaction(_KAFKA_TIMEOUT_S)
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 if fenced(err, shared_id=self._shared_id):
@@ -854,7 +878,8 @@ class Writer:
         if err is not None:
             log.warning("transaction aborted: %s", err)
         try:
-            self._producers[lane].abort_transaction(_KAFKA_TIMEOUT_S)
+            with self._watch("abort_transaction", _KAFKA_TIMEOUT_S):
+                self._producers[lane].abort_transaction(_KAFKA_TIMEOUT_S)
             self._open.discard(lane)
         except KafkaException as abort_exc:
             abort_err: KafkaError = abort_exc.args[0]
@@ -888,7 +913,8 @@ class Writer:
         while True:
             producer = self._new_producer(lane)
             try:
-                producer.init_transactions(_KAFKA_TIMEOUT_S)
+                with self._watch("init_transactions", _KAFKA_TIMEOUT_S):
+                    producer.init_transactions(_KAFKA_TIMEOUT_S)
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 if (

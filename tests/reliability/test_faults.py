@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from deploy.local.redis_server import RedisServer
 from deploy.local.stack import LocalStack
+from deploy.watchdog import STUCK_EXIT_CODE
 from tests.reliability.harness import (
     PARTITIONS,
     History,
@@ -291,3 +292,35 @@ def test_redis_restarted_empty_is_rebuilt_from_the_log(
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
         _finish("Redis restart (empty)", pipeline, ns, load, redis_client, history, extra)
+
+
+HANG_AFTER_S = 12.0  # writer-a's first transaction past this (load under way) never ends
+GRACE_S = 2.0
+
+
+def test_a_writer_stuck_in_a_kafka_call_is_ended_by_its_watchdog_and_replaced(
+    ns: Namespace, load: Load, redis_client: redis.Redis
+) -> None:
+    """librdkafka's send_offsets_to_transaction can wait for ever on a coordinator it cannot
+    reach (#5456, #5511): the writer keeps heartbeating, so its partitions stay with it and
+    are served by nobody. The failpoint makes that call hang; the watchdog must end the
+    process past the call's timeout and grace, and a fresh one must serve every session,
+    losing and doubling nothing."""
+    failpoint = {"failpoint": f"hang-in-send-offsets-after:{HANG_AFTER_S}"}
+    with Pipeline(ns, first_writer=failpoint, stuck_call_grace_s=GRACE_S) as pipeline:
+        a, _ = pipeline.writers
+
+        def fault(history: History, counts: dict[str, int]) -> dict[str, Any]:
+            wait_for(lambda: "failpoint: hanging" in a.log(), 60, "writer-a hanging")
+            hung = time.monotonic()
+            wait_for(lambda: a.restarts > 0, 90, "the watchdog ending writer-a")
+            return {"stuck_exit_s": time.monotonic() - hung}
+
+        history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
+        assert a.exit_codes == [STUCK_EXIT_CODE]
+        log = a.log()
+        assert "send_offsets_to_transaction has not returned" in log
+        assert "in _send_offsets" in log  # the stuck thread's stack, for whoever reads it
+        # Past the call's own timeout and the grace, and not much later.
+        assert 30 + GRACE_S <= extra["stuck_exit_s"] < 30 + GRACE_S + 15
+        _finish("writer stuck call", pipeline, ns, load, redis_client, history, extra)

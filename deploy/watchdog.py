@@ -1,0 +1,100 @@
+"""End a service whose call into librdkafka has outlived its own timeout by far.
+
+librdkafka's transactional calls take a timeout, and a few do not always keep it:
+``send_offsets_to_transaction`` can wait forever on a group coordinator it has cached but
+cannot reach (librdkafka issues #5456 and #5511, open in the version we ship). A writer blocked
+there keeps its partitions, serves none of them and never sees an error to recover from: the
+group still hears its heartbeats, so nobody takes over either.
+
+Such a process cannot be mended from inside (the blocked call holds the producer), so the
+watchdog ends it: it logs which call and for how long, writes every thread's stack and exits
+with :data:`STUCK_EXIT_CODE`. The supervisor (Kubernetes, compose, systemd) starts a fresh
+process, which takes the partitions over and fences what the stuck one left open. Nothing
+acknowledged is lost: a transaction that never committed was never acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import itertools
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+log = logging.getLogger("dsh.watchdog")
+
+STUCK_EXIT_CODE = 70  # EX_SOFTWARE: the process is sound, a library call never returned
+
+
+def exit_stuck(call: str, running_s: float, timeout_s: float) -> None:
+    """The default verdict: say what hung and where, then end the process at once (a normal
+    exit would wait for the very call that hangs, or for its client's threads)."""
+    log.critical(
+        "%s has not returned %.0fs after it was called with a %.0fs timeout: exiting (code "
+        "%d) so that a fresh process takes over; the stacks of every thread follow",
+        call,
+        running_s,
+        timeout_s,
+        STUCK_EXIT_CODE,
+    )
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(STUCK_EXIT_CODE)
+
+
+class CallWatchdog:
+    """Deadlines for blocking calls, checked by one daemon thread.
+
+    ``with watchdog.watch("commit_transaction", 30.0): producer.commit_transaction(30.0)``
+    costs two dict operations; only a call still running ``grace_s`` past its timeout is acted
+    on (``on_stuck(call, running_s, timeout_s)``). ``grace_s`` 0 turns the watchdog off."""
+
+    def __init__(
+        self,
+        grace_s: float,
+        on_stuck: Callable[[str, float, float], None] = exit_stuck,
+        check_every_s: float = 1.0,
+    ) -> None:
+        self.grace_s = grace_s
+        self._on_stuck = on_stuck
+        self._check_every_s = check_every_s
+        # id -> (call, started, timeout): one entry per call in progress, on any thread.
+        self._running: dict[int, tuple[str, float, float]] = {}
+        self._ids = itertools.count()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        if grace_s > 0:
+            self._thread = threading.Thread(target=self._check, name="dsh-watchdog", daemon=True)
+            self._thread.start()
+
+    @contextlib.contextmanager
+    def watch(self, call: str, timeout_s: float) -> Iterator[None]:
+        if self._thread is None:
+            yield
+            return
+        key = next(self._ids)
+        self._running[key] = (call, time.monotonic(), timeout_s)
+        try:
+            yield
+        finally:
+            del self._running[key]
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(self._check_every_s * 2)
+
+    def _check(self) -> None:
+        while not self._closed.wait(self._check_every_s):
+            now = time.monotonic()
+            # A copy: calls start and end on other threads meanwhile.
+            for call, started, timeout_s in list(self._running.values()):
+                if now - started > timeout_s + self.grace_s:
+                    self._on_stuck(call, now - started, timeout_s)
+                    return  # one verdict: the default never returns
