@@ -35,6 +35,7 @@ from confluent_kafka import (
 from deploy.config import KafkaSettings
 from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
 from deploy.topics import TAIL_FETCH_WAIT, partition_ids
+from deploy.watchdog import CallWatchdog
 from dsh.errors import SessionError
 from projectors import metrics
 from projectors.batch_io import Pending, RedisClient, batch_io, pipelined
@@ -58,6 +59,9 @@ _RESULTS = ("applied", "duplicate", "gap", "blocked", "poison")
 # A batch that meets one of these is applied again from the start, with the one before it:
 # nothing of either was committed, and applying again is harmless.
 _RETRYABLE = (redis.ConnectionError, redis.TimeoutError, KafkaException)
+# A synchronous offset commit has no timeout: it waits for the group coordinator. Past this
+# and the grace, the watchdog ends the process rather than let it wait for ever.
+_COMMIT_BOUND_S = 30.0
 
 
 @dataclass
@@ -108,6 +112,7 @@ class Runtime(Generic[S]):
         self._next_check = 0.0
         self._replay_pending = False
         self._owned: set[int] = set()
+        self._watchdog = CallWatchdog(0)  # off outside run()
         self.marks = Marks(client, self.keys, self.name, self.instance)
         load_all(client)
 
@@ -126,6 +131,7 @@ class Runtime(Generic[S]):
 
     def run(self, stop: threading.Event) -> None:
         observe_gc_pauses(metrics.GC_PAUSES)
+        self._watchdog = CallWatchdog(self.settings.stuck_call_grace_s)
         config: dict[str, str | int | float | bool] = {
             **self.kafka.client_config(),
             "group.id": self.settings.group_id(self.name),
@@ -173,6 +179,8 @@ class Runtime(Generic[S]):
             self.link.close()
             consumer.close()
             self.dlq.close()
+            self._watchdog.close()
+            self._watchdog = CallWatchdog(0)
             log.info("projector %s stopped: %s", self.name, dict(self.stats))
 
     def _next_batch(self, consumer: Consumer, wait: bool) -> list[Message]:
@@ -241,7 +249,8 @@ class Runtime(Generic[S]):
             ends[m.partition() or 0] = max(ends.get(m.partition() or 0, -1), m.offset() or 0)
         offsets = [TopicPartition(self.topic, p, o + 1) for p, o in ends.items()]
         try:
-            consumer.commit(offsets=offsets, asynchronous=False)
+            with self._watchdog.watch("commit", _COMMIT_BOUND_S):
+                consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as exc:  # a rebalance in between: the next owner re-applies, harmlessly
             log.warning("projector %s: offset commit failed: %s", self.name, exc)
 

@@ -34,6 +34,10 @@ class ProjectorSettings(StrictSettings):
     heartbeat_interval_ms: Annotated[int, Field(ge=100)] = 500
     # 0 disables the Prometheus endpoint.
     metrics_port: int = 0
+    # An offset commit (it has no timeout of its own) still waiting this long past 30 s ends
+    # the process (exit code 70) for its supervisor to start afresh (deploy/watchdog.py).
+    # 0: wait for ever.
+    stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
     # Sessions kept in memory between batches (their state is reloaded from Redis on a miss).
     # A surface entry holds every current message of its session: size this to the memory.
     cache_sessions: int = 2_000
