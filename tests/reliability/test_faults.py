@@ -162,11 +162,13 @@ def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
         extra["broker_rejoin_s"] = wait_for(
             lambda: _fully_replicated(bootstrap, topics), 120, "the broker back in every ISR"
         )
-        # The writers recover in process (a new producer, restores tried again), so the
-        # supervisor never had to start one again.
-        restarted = {n: c for n, c in pipeline.restarts().items() if n.startswith("writer")}
-        assert not restarted, f"writers restarted by the supervisor: {restarted}"
+        # The writers recover in process (a new producer, restores tried again). The one exit
+        # allowed is the watchdog's, for a librdkafka call that kept waiting on a coordinator
+        # past its timeout (deploy/watchdog.py): no recovery in process can end that call.
+        exits = {w.name: w.exit_codes for w in pipeline.writers if w.exit_codes}
+        assert all(code == STUCK_EXIT_CODE for codes in exits.values() for code in codes), exits
         assert all(w.alive() for w in pipeline.writers)
+        extra["writers_ended_stuck"] = sum(len(codes) for codes in exits.values())
         logs = [w.log() for w in pipeline.writers]
         extra["new_producers"] = sum(log.count("new producer for") for log in logs)
         extra["restore_retries"] = sum(log.count("trying again in") for log in logs)
