@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -138,21 +139,42 @@ def _fully_replicated(bootstrap: str, topics: list[str]) -> bool:
     )
 
 
-def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
-    ns: Namespace, load: Load, redis_client: redis.Redis, cluster: LocalStack
+def _group_coordinator(bootstrap: str, group: str) -> int:
+    """The broker coordinating ``group``: the leader of its __consumer_offsets partition, which
+    Kafka picks as abs(Java hashCode of the group id) modulo the partition count."""
+    h = 0
+    for ch in group:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    offsets = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    partitions = offsets.topics["__consumer_offsets"].partitions
+    return partitions[abs(signed) % len(partitions)].leader
+
+
+def _sigkill_a_broker_and_bring_it_back(
+    name: str,
+    pick: Callable[[Namespace, str], int],
+    ns: Namespace,
+    load: Load,
+    redis_client: redis.Redis,
+    cluster: LocalStack,
 ) -> None:
     bootstrap = cluster.settings.bootstrap_servers()
     topics = [ns.kafka.topic(n) for n in ("commands", "events", "replies")]
     with Pipeline(ns) as pipeline:
         leaders = _leaders(ns, bootstrap)
-        node_id = max(leaders, key=lambda n: leaders[n])
+        node_id = pick(ns, bootstrap)
         node = next(n for n in cluster.kafka.nodes if n.node_id == node_id)
 
         def fault(history: History, counts: dict[str, int]) -> dict[str, Any]:
             node.process().kill()
             time.sleep(BROKER_DOWN_S)  # down while the load goes on, then back
             cluster.kafka.start_node(node)
-            return {"broker": node_id, "partitions_led": leaders[node_id], "down_s": BROKER_DOWN_S}
+            return {
+                "broker": node_id,
+                "partitions_led": leaders.get(node_id, 0),
+                "down_s": BROKER_DOWN_S,
+            }
 
         try:
             history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
@@ -172,7 +194,31 @@ def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
         logs = [w.log() for w in pipeline.writers]
         extra["new_producers"] = sum(log.count("new producer for") for log in logs)
         extra["restore_retries"] = sum(log.count("trying again in") for log in logs)
-        _finish("broker SIGKILL", pipeline, ns, load, redis_client, history, extra)
+        _finish(name, pipeline, ns, load, redis_client, history, extra)
+
+
+def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
+    ns: Namespace, load: Load, redis_client: redis.Redis, cluster: LocalStack
+) -> None:
+    def busiest(ns: Namespace, bootstrap: str) -> int:
+        leaders = _leaders(ns, bootstrap)
+        return max(leaders, key=lambda n: leaders[n])
+
+    _sigkill_a_broker_and_bring_it_back("broker SIGKILL", busiest, ns, load, redis_client, cluster)
+
+
+def test_sigkill_the_writers_group_coordinator_and_bring_it_back(
+    ns: Namespace, load: Load, redis_client: redis.Redis, cluster: LocalStack
+) -> None:
+    """The fault that left a writer in send_offsets_to_transaction for minutes (RELIABILITY.md,
+    2026-12-03): the broker coordinating the writers' group goes, then comes back."""
+
+    def coordinator(ns: Namespace, bootstrap: str) -> int:
+        return _group_coordinator(bootstrap, ns.writer_env()["DSH_WRITER_GROUP_ID"])
+
+    _sigkill_a_broker_and_bring_it_back(
+        "group coordinator SIGKILL", coordinator, ns, load, redis_client, cluster
+    )
 
 
 def test_a_paused_writer_past_its_session_timeout_is_fenced(
