@@ -304,7 +304,7 @@ class CommitProbe:
         self._count = 0
         commit, handle = Writer._commit, Writer._handle
 
-        def slow_commit(producer: Any, *args: Any) -> None:
+        def slow_commit(writer: Writer, producer: Any, *args: Any) -> None:
             with self._lock:
                 self._count += 1
                 n = self._count
@@ -312,14 +312,14 @@ class CommitProbe:
             time.sleep(0.05)
             if n == fail_commit:
                 raise KafkaException(KafkaError(error, "failed on purpose"))
-            commit(producer, *args)
+            commit(writer, producer, *args)
             self.commits.append((started, time.monotonic()))
 
         def timed_handle(writer: Writer, *args: Any) -> None:
             self.handled.append(time.monotonic())
             handle(writer, *args)
 
-        monkeypatch.setattr(Writer, "_commit", staticmethod(slow_commit))
+        monkeypatch.setattr(Writer, "_commit", slow_commit)
         monkeypatch.setattr(Writer, "_handle", timed_handle)
 
     def handled_while_committing(self) -> int:
