@@ -132,13 +132,14 @@ class Runtime(Generic[S]):
     def run(self, stop: threading.Event) -> None:
         observe_gc_pauses(metrics.GC_PAUSES)
         self._watchdog = CallWatchdog(self.settings.stuck_call_grace_s)
-        config: dict[str, str | int | float | bool] = {
+        config: dict[str, Any] = {
             **self.kafka.client_config(),
             "group.id": self.settings.group_id(self.name),
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
+            "on_commit": self._on_commit,
             **TAIL_FETCH_WAIT,
             "session.timeout.ms": self.settings.session_timeout_ms,
             # Cooperative: a member joining or leaving moves only the partitions that change
@@ -172,7 +173,7 @@ class Runtime(Generic[S]):
                     # they are planned while Redis applies it. Otherwise wait for the next.
                     batch = self._next_batch(consumer, wait=self._inflight is None)
                     self._step(consumer, [m for m in batch if self._usable(m)], stop)
-                self._step(consumer, [], stop)
+                self._finish_inflight(consumer, wait=True)
         finally:
             self._inflight = None
             self._consumer = None
@@ -221,12 +222,12 @@ class Runtime(Generic[S]):
             self._process_until_done(redo, stop)
             self._commit(consumer, redo)
 
-    def _finish_inflight(self, consumer: Consumer) -> None:
+    def _finish_inflight(self, consumer: Consumer, wait: bool = False) -> None:
         batch = self._inflight
         if batch is not None:
             self._finish(batch)
             self._inflight = None
-            self._commit(consumer, batch.messages)
+            self._commit(consumer, batch.messages, wait)
 
     def _process_until_done(self, messages: list[Message], stop: threading.Event) -> None:
         delay = 0.1
@@ -243,16 +244,30 @@ class Runtime(Generic[S]):
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    def _commit(self, consumer: Consumer, messages: Sequence[Message]) -> None:
+    def _commit(self, consumer: Consumer, messages: Sequence[Message], wait: bool = False) -> None:
+        """Commit the offsets after ``messages`` (applied in Redis by now). Between batches
+        the commit is not waited for: it only says where a next owner resumes, and the apply
+        is idempotent, so a commit that fails or lands late costs a few events applied twice
+        (skipped as duplicates), never a wrong read model; its result comes to
+        :meth:`_on_commit`. Before partitions go (``wait``) it is waited for, so their next
+        owner starts where this one stopped."""
         ends: dict[int, int] = {}
         for m in messages:
             ends[m.partition() or 0] = max(ends.get(m.partition() or 0, -1), m.offset() or 0)
         offsets = [TopicPartition(self.topic, p, o + 1) for p, o in ends.items()]
         try:
+            if not wait:
+                consumer.commit(offsets=offsets, asynchronous=True)
+                return
             with self._watchdog.watch("commit", _COMMIT_BOUND_S):
                 consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as exc:  # a rebalance in between: the next owner re-applies, harmlessly
             log.warning("projector %s: offset commit failed: %s", self.name, exc)
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if err is not None and err.code() != KafkaError._NO_OFFSET:
+            self.stats["commit_failed"] += 1
+            log.warning("projector %s: offset commit failed: %s", self.name, err)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Incremental: ``partitions`` are the ones added. What this instance already owns
@@ -332,7 +347,7 @@ class Runtime(Generic[S]):
         fails it is dropped uncommitted: whoever gets the partitions resumes from the last
         commit and applies it again, harmlessly."""
         try:
-            self._finish_inflight(consumer)
+            self._finish_inflight(consumer, wait=True)
         except Exception as exc:  # raising here would surface from inside poll()
             log.warning("projector %s: batch in flight at a rebalance: %s", self.name, exc)
             self._inflight = None

@@ -210,13 +210,13 @@ def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wa
     unacknowledged: list[tuple[str, int, int]] = []  # committed before Redis answered
     commit = runtime._commit
 
-    def checking_commit(consumer: Any, messages: list[Message]) -> None:
+    def checking_commit(consumer: Any, messages: list[Message], wait: bool = False) -> None:
         for m in messages:
             if not replies_of[(m.partition() or 0, m.offset() or 0)].done:
                 unacknowledged.append(
                     ((m.key() or b"").decode(), m.partition() or 0, m.offset() or 0)
                 )
-        commit(consumer, messages)
+        commit(consumer, messages, wait)
 
     monkeypatch.setattr(runtime.link, "submit", counting_submit)
     monkeypatch.setattr(runtime, "_start", recording_start)
