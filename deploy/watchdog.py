@@ -31,7 +31,7 @@ log = logging.getLogger("dsh.watchdog")
 STUCK_EXIT_CODE = 70  # EX_SOFTWARE: the process is sound, a library call never returned
 
 
-def exit_stuck(call: str, running_s: float, timeout_s: float) -> None:
+def exit_stuck(call: str, running_s: float, bound_s: float) -> None:
     """The default verdict: say what hung and where, then end the process at once (a normal
     exit would wait for the very call that hangs, or for its client's threads)."""
     log.critical(
@@ -39,7 +39,7 @@ def exit_stuck(call: str, running_s: float, timeout_s: float) -> None:
         "that a fresh process takes over; the stacks of every thread follow",
         call,
         running_s,
-        timeout_s,
+        bound_s,
         STUCK_EXIT_CODE,
     )
     for handler in logging.getLogger().handlers:
@@ -53,8 +53,9 @@ class CallWatchdog:
     """Deadlines for blocking calls, checked by one daemon thread.
 
     ``with watchdog.watch("commit_transaction", 30.0): producer.commit_transaction(30.0)``
-    costs about 1.5 µs (two dict operations); only a call still running ``grace_s`` past its
-    bound is acted on (``on_stuck(call, running_s, bound_s)``). ``grace_s`` 0: off."""
+    costs about 1.5 µs (two dict operations); the bound is the call's own timeout, or what it
+    should take when it has none. Only a call still running ``grace_s`` past its bound is acted
+    on (``on_stuck(call, running_s, bound_s)``). ``grace_s`` 0: off."""
 
     def __init__(
         self,
@@ -65,7 +66,7 @@ class CallWatchdog:
         self.grace_s = grace_s
         self._on_stuck = on_stuck
         self._check_every_s = check_every_s
-        # (call, started, timeout) of every call in progress, on any thread, by its watch's id.
+        # (call, started, bound) of every call in progress, on any thread, by its watch's id.
         self._running: dict[int, tuple[str, float, float]] = {}
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,8 +74,8 @@ class CallWatchdog:
             self._thread = threading.Thread(target=self._check, name="dsh-watchdog", daemon=True)
             self._thread.start()
 
-    def watch(self, call: str, timeout_s: float) -> _Watched:
-        return _Watched(self._running if self._thread is not None else None, call, timeout_s)
+    def watch(self, call: str, bound_s: float) -> _Watched:
+        return _Watched(self._running if self._thread is not None else None, call, bound_s)
 
     def close(self) -> None:
         self._closed.set()
@@ -85,9 +86,9 @@ class CallWatchdog:
         while not self._closed.wait(self._check_every_s):
             now = time.monotonic()
             # A copy: calls start and end on other threads meanwhile.
-            for call, started, timeout_s in list(self._running.values()):
-                if now - started > timeout_s + self.grace_s:
-                    self._on_stuck(call, now - started, timeout_s)
+            for call, started, bound_s in list(self._running.values()):
+                if now - started > bound_s + self.grace_s:
+                    self._on_stuck(call, now - started, bound_s)
                     return  # one verdict: the default never returns
 
 
@@ -95,18 +96,18 @@ class _Watched:
     """One call's entry in the running table while its block runs. A class, not a generator
     context manager: it wraps every transactional call of the writer, and costs a fraction."""
 
-    __slots__ = ("_call", "_running", "_timeout_s")
+    __slots__ = ("_bound_s", "_call", "_running")
 
     def __init__(
-        self, running: dict[int, tuple[str, float, float]] | None, call: str, timeout_s: float
+        self, running: dict[int, tuple[str, float, float]] | None, call: str, bound_s: float
     ) -> None:
         self._running = running
         self._call = call
-        self._timeout_s = timeout_s
+        self._bound_s = bound_s
 
     def __enter__(self) -> None:
         if self._running is not None:
-            self._running[id(self)] = (self._call, time.monotonic(), self._timeout_s)
+            self._running[id(self)] = (self._call, time.monotonic(), self._bound_s)
 
     def __exit__(
         self,

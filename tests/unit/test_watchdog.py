@@ -17,8 +17,8 @@ def _recording() -> tuple[CallWatchdog, list[tuple[str, float, float]], threadin
     verdicts: list[tuple[str, float, float]] = []
     judged = threading.Event()
 
-    def on_stuck(call: str, running_s: float, timeout_s: float) -> None:
-        verdicts.append((call, running_s, timeout_s))
+    def on_stuck(call: str, running_s: float, bound_s: float) -> None:
+        verdicts.append((call, running_s, bound_s))
         judged.set()
 
     return CallWatchdog(0.2, on_stuck, check_every_s=0.02), verdicts, judged
@@ -53,9 +53,9 @@ def test_a_call_past_its_timeout_and_grace_is_judged_once_with_its_name() -> Non
         stuck.set()
         caller.join()
         watchdog.close()
-    [(call, running_s, timeout_s)] = verdicts
+    [(call, running_s, bound_s)] = verdicts
     assert call == "send_offsets_to_transaction"
-    assert timeout_s == 0.1
+    assert bound_s == 0.1
     assert running_s > 0.3
 
 
