@@ -21,6 +21,11 @@ PARTITIONS = Gauge(
 )
 BLOCKED = Gauge("dsh_projector_blocked_sessions", "Sessions blocked with a reason", ["projector"])
 DLQ = Counter("dsh_projector_dlq", "Records sent to the DLQ", ["projector", "code"])
+COMMIT_FAILURES = Counter(
+    "dsh_projector_offset_commit_failures",
+    "Offset commits that failed (the next owner re-applies their events, skipped as duplicates)",
+    ["projector"],
+)
 REBUILDS = Counter(
     "dsh_projector_rebuilds", "Sessions rebuilt from the topic", ["projector", "cause"]
 )

@@ -262,12 +262,16 @@ class Runtime(Generic[S]):
             with self._watchdog.watch("commit", _COMMIT_BOUND_S):
                 consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as exc:  # a rebalance in between: the next owner re-applies, harmlessly
-            log.warning("projector %s: offset commit failed: %s", self.name, exc)
+            self._commit_failed(exc)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if err is not None and err.code() != KafkaError._NO_OFFSET:
-            self.stats["commit_failed"] += 1
-            log.warning("projector %s: offset commit failed: %s", self.name, err)
+            self._commit_failed(err)
+
+    def _commit_failed(self, cause: object) -> None:
+        self.stats["commit_failed"] += 1
+        metrics.COMMIT_FAILURES.labels(self.name).inc()
+        log.warning("projector %s: offset commit failed: %s", self.name, cause)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Incremental: ``partitions`` are the ones added. What this instance already owns
