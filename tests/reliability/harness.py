@@ -100,8 +100,8 @@ class Service:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")} | env
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
-        self.restarts = 0  # by the supervisor, after the process exited on its own
-        self.exit_codes: list[int] = []  # of those exits
+        # Exit codes of the processes that exited on their own, each restarted by the supervisor.
+        self.exit_codes: list[int] = []
         self.expected_down = False  # killed on purpose: the supervisor leaves it down
         self.lock = threading.Lock()  # the test and the supervisor both start processes
         self.start()
@@ -729,11 +729,10 @@ class Pipeline:
                 if crashed and not self._closing.is_set():
                     assert s.process is not None
                     s.exit_codes.append(s.process.returncode)
-                    s.restarts += 1
                     s.start()
 
     def restarts(self) -> dict[str, int]:
-        return {s.name: s.restarts for s in self.services() if s.restarts}
+        return {s.name: len(s.exit_codes) for s in self.services() if s.exit_codes}
 
     def __enter__(self) -> Pipeline:
         self._supervisor.start()

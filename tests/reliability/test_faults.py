@@ -364,7 +364,7 @@ def test_a_writer_stuck_in_a_kafka_call_is_ended_by_its_watchdog_and_replaced(
             # Under a slow start the hang may come before the load is warm: wait for it
             # either way, and time it from the writer's own log lines, not from here.
             wait_for(lambda: "failpoint: hanging" in a.log(), 60, "writer-a hanging")
-            wait_for(lambda: a.restarts > 0, 90, "the watchdog ending writer-a")
+            wait_for(lambda: bool(a.exit_codes), 90, "the watchdog ending writer-a")
             return {}
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
