@@ -199,8 +199,13 @@ class SessionClient:
             request_id=request_id,
             timeout=timeout,
         )
-        result: dsh.Event = future.result()
-        return result
+        try:
+            result: dsh.Event = future.result()
+            return result
+        finally:
+            # A raised error's traceback holds this frame, and the frame the future that
+            # holds the error: a cycle per failed append, freed only by the cycle collector.
+            del future
 
     def append_async(
         self,
@@ -237,8 +242,11 @@ class SessionClient:
         future = self.append_many_async(
             session_id, drafts, expected_seq=expected_seq, request_id=request_id, timeout=timeout
         )
-        result: list[dsh.Event] = future.result()
-        return result
+        try:
+            result: list[dsh.Event] = future.result()
+            return result
+        finally:
+            del future  # as in append
 
     def append_many_async(
         self,

@@ -33,6 +33,7 @@ from producers.state import (
     rebuild,
     requests_from_log,
     reusable_value,
+    without_traceback,
 )
 from schemas import WriterSnapshot, decode_event_frozen, decode_snapshot
 
@@ -179,7 +180,7 @@ def restore_partition(
             record = decode_event_frozen(message.value() or b"")
         except SessionError as exc:
             key = (message.key() or b"").decode(errors="replace")
-            state.broken[key] = exc
+            state.broken[key] = without_traceback(exc)
             continue
         covered = snapshots.get(record.session_id)
         if covered is not None and record.event["seq"] <= covered.last_seq:
@@ -209,7 +210,7 @@ def restore_partition(
         try:
             session = rebuild(session_id, head + tail)
         except SessionError as exc:
-            state.broken[session_id] = exc
+            state.broken[session_id] = without_traceback(exc)
             continue
         requests = (
             {r.request_id: (r.first_seq, r.count) for r in latest.requests}

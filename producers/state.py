@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import dsh
 from dsh.errors import SessionError, ValidationError
@@ -23,6 +24,10 @@ from schemas import AppendCommand, default_store, encode_event
 from schemas.codec import HEADER_SIZE
 from schemas.store import SESSION_EVENT
 
+log = logging.getLogger("dsh.writer")
+
+_E = TypeVar("_E", bound=BaseException)
+
 
 @functools.cache
 def _current_event_header() -> bytes:
@@ -33,6 +38,27 @@ def reusable_value(value: bytes | None) -> bytes | None:
     """A value read from the events topic, if written with the current event schema: only then
     can its bytes go into a snapshot or reply as they are."""
     return value if value is not None and value[:HEADER_SIZE] == _current_event_header() else None
+
+
+def without_traceback(error: _E) -> _E:
+    """``error`` with its traceback dropped, and those of the errors it was raised from.
+
+    A rejection outlives the call that raised it (in the reply, the rejection memory, a
+    broken session). Its traceback holds the frames it passed through, and they hold their
+    locals up to the writer's loop: the partition's state and the outcome that holds the
+    error again. That cycle is freed only by the cycle collector, and never once
+    ``DSH_WRITER_GC_FREEZE`` has frozen it, which then keeps a dropped partition's whole
+    state alive."""
+    pending: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while pending:
+        e = pending.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        pending += (e.__cause__, e.__context__)
+    return error
 
 
 def wall_clock_ms() -> int:
@@ -166,7 +192,7 @@ class PartitionState:
         try:
             _check_command(command, size, limits)
         except SessionError as exc:
-            return Outcome(error=exc)
+            return Outcome(error=without_traceback(exc))
         session = state.session
         before = len(session)
         if command.expected_seq is not None and command.expected_seq != before:
@@ -184,8 +210,17 @@ class PartitionState:
                 # part-way is undone by restoring the session from its events before it.
                 state.session = rebuild(command.session_id, session.events(0, before))
             if not isinstance(exc, SessionError):
+                # Not a rejection but a fault in the core: the client gets INTERNAL, the
+                # operator the traceback.
+                log.error(
+                    "request %r to session %r: the core raised %s",
+                    command.request_id,
+                    command.session_id,
+                    type(exc).__name__,
+                    exc_info=exc,
+                )
                 exc = ValidationError(f"{type(exc).__name__}: {exc}", code="INTERNAL")
-            return Outcome(error=exc)
+            return Outcome(error=without_traceback(exc))
         state.requests[command.request_id] = (before, len(events))
         state.clients[command.request_id] = command.client_id
         state.events_since_snapshot += len(events)

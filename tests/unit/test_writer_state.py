@@ -4,8 +4,21 @@ events' topic bytes equal to the codec's encoding of the session, whichever byte
 
 from __future__ import annotations
 
+import gc
+import logging
+
+import pytest
+
+import producers.state
 import schemas
-from producers.state import Limits, PartitionState, SessionState, rebuild
+from producers.state import (
+    Limits,
+    Outcome,
+    PartitionState,
+    SessionState,
+    rebuild,
+    without_traceback,
+)
 from producers.wire import answered_request
 from schemas import AnsweredRequest, AppendCommand, WriterSnapshot
 
@@ -86,3 +99,84 @@ def test_answered_request_items_are_the_codecs() -> None:
     without = schemas.encode_snapshot(WriterSnapshot("s", (), ()))
     assert answered_request("rid-ü", "cli", 7, 3) in with_one
     assert len(with_one) - len(without) == len(answered_request("rid-ü", "cli", 7, 3)) + 1
+
+
+def _no_surface_op(i: int) -> dict[str, object]:
+    draft = _user(i)
+    del draft["surfaceOp"]
+    return draft
+
+
+def _rejected(state: PartitionState, command: AppendCommand, size: int = 100) -> Outcome:
+    outcome = state.apply(command, size, LIMITS)
+    assert outcome.error is not None
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("command", "size", "code"),
+    [
+        # raised deep in the core
+        (AppendCommand("r9", "client", "s", (_no_surface_op(1),)), 100, "SURFACE_OP_REQUIRED"),
+        # raised by the writer's own limits
+        (AppendCommand("r9", "client", "s", (_user(1),)), 2 << 20, "COMMAND_TOO_LARGE"),
+        # made, not raised
+        (
+            AppendCommand("r9", "client", "s", (_user(1),), expected_seq=7),
+            100,
+            "EXPECTED_SEQ_MISMATCH",
+        ),
+    ],
+)
+def test_a_rejection_is_freed_without_the_cycle_collector(
+    command: AppendCommand, size: int, code: str
+) -> None:
+    """A rejection's traceback would hold the writer's frames and, through their locals, the
+    outcome that holds the rejection: a cycle per rejected command, which a frozen heap
+    (DSH_WRITER_GC_FREEZE) never frees, with the partition's state inside it."""
+    state = PartitionState(0)
+    _apply(state, "r1", _user(0))
+    gc.collect()
+    gc.disable()
+    try:
+        outcome = _rejected(state, command, size)
+        error = outcome.error
+        assert error is not None and error.code == code
+        assert error.__traceback__ is None
+        del outcome, error
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
+def test_a_fault_in_the_core_is_logged_with_its_traceback_and_rejected_as_internal(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(session: object, draft: object) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(producers.state, "_append", broken)
+    state = PartitionState(0)
+    with caplog.at_level(logging.ERROR, logger="dsh.writer"):
+        outcome = _rejected(state, AppendCommand("r1", "client", "s", (_user(0),)))
+    assert outcome.error is not None and outcome.error.code == "INTERNAL"
+    assert outcome.error.__traceback__ is None
+    (record,) = caplog.records
+    assert "request 'r1' to session 's': the core raised KeyError" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[2] is not None  # the traceback
+
+
+def test_without_traceback_clears_the_errors_it_was_raised_from() -> None:
+    try:
+        try:
+            try:
+                raise OSError("first")
+            except OSError as first:
+                raise ValueError("second") from first
+        except ValueError:
+            raise RuntimeError("third")  # noqa: B904 (the implicit context is the point)
+    except RuntimeError as exc:
+        error = without_traceback(exc)
+    assert error.__context__ is not None and error.__context__.__cause__ is not None
+    chain = [error, error.__context__, error.__context__.__cause__]
+    assert [e.__traceback__ for e in chain] == [None, None, None]
