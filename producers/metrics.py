@@ -69,6 +69,11 @@ GC_PAUSES = Histogram(
     ["generation"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+GC_CYCLIC_GARBAGE = Counter(
+    "dsh_writer_gc_cyclic_garbage_objects_total",
+    "Unreachable objects found when a recovery swept the frozen heap (DSH_WRITER_GC_FREEZE): "
+    "more than zero means something makes reference cycles, which stay until the next sweep.",
+)
 TXN_ABORTS = Counter("dsh_writer_transaction_aborts_total", "Transactions aborted.")
 TXN_PRODUCED_AGAIN = Counter(
     "dsh_writer_transactions_produced_again_total",

@@ -59,7 +59,13 @@ from producers.restore import (
     restore_partition,
 )
 from producers.settings import WriterSettings
-from producers.state import Limits, Outcome, PartitionState, use_interpreters
+from producers.state import (
+    Limits,
+    Outcome,
+    PartitionState,
+    use_interpreters,
+    without_traceback,
+)
 from producers.takeover import fence_stuck_owners, lane_id, offsets_metadata
 from producers.tenancy import Tenancy
 from producers.wire import committed_reply, event_wire
@@ -127,6 +133,18 @@ class _Committing:
     @property
     def lane(self) -> int:
         return self.txn.lane
+
+    def failure(self) -> KafkaException | None:
+        """Waits for the commit and returns its failure, without raising it: each raise of
+        one error object adds the raising frame to its traceback, and a frame that holds this
+        transaction (and so the error) makes a cycle, which a frozen heap keeps for good
+        (DSH_WRITER_GC_FREEZE). Its traceback, the commit thread's frames, is dropped too."""
+        error = self.done.exception()
+        if error is None:
+            return None
+        if not isinstance(error, KafkaException):
+            raise error  # not Kafka's doing: the process fails loudly (see _process)
+        return without_traceback(error)
 
 
 @dataclass(frozen=True)
@@ -681,33 +699,39 @@ class Writer:
 
     def _settle(self) -> None:
         """Waits for the transaction committing on the commit thread; raises its failure."""
-        committing, self._committing = self._committing, None
-        if committing is not None:
-            try:
-                committing.done.result()
-            except KafkaException:
-                self._committing = committing  # _recover reads its failure again
-                raise
+        committing = self._committing
+        if committing is None:
+            return
+        failure = committing.failure()
+        if failure is None:
+            self._committing = None
             self._committed(committing.lane, committing.txn.offsets)
+            return
+        del committing  # kept in self._committing: _recover reads its failure again
+        try:
+            raise failure
+        finally:
+            del failure  # else this frame holds the error whose traceback holds the frame
 
     def _settle_quietly(self) -> tuple[KafkaException, _Committing] | None:
         """:meth:`_settle` for callbacks and shutdown: a failure is returned, not raised."""
         committing = self._committing
-        try:
+        failure = committing.failure() if committing is not None else None
+        if failure is None:
             self._settle()
-        except KafkaException as exc:
-            assert committing is not None
-            self._committing = None
-            return exc, committing
-        return None
+            return None
+        assert committing is not None
+        self._committing = None
+        return failure, committing
 
     def _settle_or_recover(self) -> None:
         committing = self._committing
-        try:
+        failure = committing.failure() if committing is not None else None
+        if failure is None:
             self._settle()
-        except KafkaException as exc:
-            assert committing is not None
-            self._recover(exc, committing.lane)
+            return
+        assert committing is not None
+        self._recover(failure, committing.lane)
 
     def _abort_quietly(self) -> None:
         self._settle_quietly()
@@ -748,13 +772,12 @@ class Writer:
         failed: list[_Transaction] = []  # in commit order
         committing, self._committing = self._committing, None
         if committing is not None:
-            try:
-                committing.done.result()
-            except KafkaException as commit_exc:
-                failures[committing.lane] = commit_exc
-                failed.append(committing.txn)
-            else:  # committed: the restore below reads it back
+            commit_failure = committing.failure()
+            if commit_failure is None:  # committed: the restore below reads it back
                 self._committed(committing.lane, committing.txn.offsets)
+            else:
+                failures[committing.lane] = commit_failure
+                failed.append(committing.txn)
         if not any(f is exc for f in failures.values()):
             failures[lane] = exc
         building, self._building = self._building, None
@@ -775,6 +798,7 @@ class Writer:
             return False
         owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
         self.partitions.clear()
+        self._sweep_frozen_heap()
         if not owned:
             return True
         for tp in self._restore(owned):
@@ -796,6 +820,23 @@ class Writer:
                     extra={"partition": tp.partition},
                 )
         return True
+
+    def _sweep_frozen_heap(self) -> None:
+        """Frozen reference cycles are never freed (``gc_freeze``, see :meth:`run`), so the
+        writer makes none on purpose, and sweeps for any it made by mistake here, where the
+        sweep is cheap: a recovery has just dropped every partition's state, which was most of
+        the heap."""
+        if not self.settings.gc_freeze:
+            return
+        started = time.monotonic()
+        gc.unfreeze()
+        found = gc.collect()
+        metrics.GC_CYCLIC_GARBAGE.inc(found)
+        log.info(
+            "swept the heap in %.0f ms: %d unreachable objects",
+            (time.monotonic() - started) * 1000,
+            found,
+        )
 
     def _produce_again(self, failed: list[_Transaction]) -> bool:
         """One new transaction with the records and offsets of ``failed`` (aborted, in commit
