@@ -533,16 +533,16 @@ class Writer:
 
     def _step(self) -> None:
         assert self._consumer is not None
-        committing = self._committing
-        if committing is not None and committing.done.done():
+        if self._committing is not None and self._committing.done.done():
             self._settle_or_recover()
         first = self._consumer.poll(self.settings.poll_timeout_ms / 1000)
         if self._callback_error is not None:
             raise self._callback_error
         if self._deferred is not None:
             (exc, failed), self._deferred = self._deferred, None
-            self._committing = failed  # _recover reads its failure again
-            if self._recover(exc, failed.lane):
+            self._committing, lane = failed, failed.lane  # _recover reads its failure again
+            del failed  # it holds its partitions' states, which the recovery drops
+            if self._recover(exc, lane):
                 # Every owned partition was rewound to its committed offset: this record,
                 # fetched before, comes again in order after the commands before it.
                 return
@@ -576,76 +576,83 @@ class Writer:
         once the previous one's records are acknowledged (so they stay first in every
         partition), and committed only once the previous one has committed (so it is never
         visible without it; if that one fails, this one is aborted with it)."""
-        assert self._consumer is not None
         lane = self._turn
-        producer = self._producer = self._producers[lane]
-        txn = self._building = _Transaction(lane, {}, [], {})
-        offsets, states = txn.offsets, txn.states
-        begun = time.monotonic()
         try:
-            with self._watch("begin_transaction", _KAFKA_TIMEOUT_S):  # local, no timeout
-                producer.begin_transaction()
-            self._open.add(lane)
-            handled = 0
-            for m in records:
-                p = m.partition()
-                state = self.partitions.get(p)  # type: ignore[arg-type]
-                if state is None:
-                    continue  # revoked since it was fetched: its new owner serves it
-                self._handle(m, state)
-                offsets[p] = m.offset() + 1  # type: ignore[index,operator]
-                states[p] = state  # type: ignore[index]
-                handled += 1
-            if not offsets:
-                self._building = None
-                with self._watch("abort_transaction", _KAFKA_TIMEOUT_S):
-                    producer.abort_transaction(_KAFKA_TIMEOUT_S)
-                self._open.discard(lane)
-                return
-            for p in offsets:
-                self._stage_rejections(self.partitions[p])
-                self._maybe_checkpoint(self.partitions[p])
-            started = time.monotonic()
-            metrics.PHASE_VALIDATE.observe(started - begun)
-            metrics.BATCH_COMMANDS.observe(handled)
-            group = self._consumer.consumer_group_metadata()
-            if unfenced(group):
-                raise KafkaException(
-                    KafkaError(
-                        KafkaError.UNKNOWN_MEMBER_ID,
-                        "group membership lost before the offsets were sent",
-                    )
-                )
-            self._send_offsets(producer, offsets, group)
-            sent = time.monotonic()
-            if self._stop_before_commit:
-                self._stop_before_commit = False
-                self._failpoint_stop("committing")
-            if self._committer is None:
-                self._commit(producer, records, started, sent)
-                self._building = None
-                self._committed(lane, offsets)
-                return
-            # Acknowledged records of this transaction (or its doom, which the commit
-            # reports) before the next transaction produces after them.
-            with self._watch("flush", _KAFKA_TIMEOUT_S):
-                producer.flush(_KAFKA_TIMEOUT_S)
-            flushed = time.monotonic()
-            self._settle()
-            metrics.PHASE_FLUSH.observe(flushed - sent)
-            metrics.PHASE_PREVIOUS.observe(time.monotonic() - flushed)
-            self._committing = _Committing(
-                txn, self._committer.submit(self._commit, producer, records, started, sent)
-            )
-            self._building = None
-            self._turn = (lane + 1) % len(self._producers)
+            self._transact(lane, records)
         except KafkaException as exc:
-            self._recover(exc, lane)
+            # The traceback holds the batch's frames and, in them, its partitions' states,
+            # which the recovery drops: let them go with it (see _sweep_frozen_heap).
+            self._recover(without_traceback(exc), lane)
         except BaseException:
             # Not Kafka's doing: publish nothing of this batch, and let the process fail
             # loudly rather than serve from state the log may lack.
             self._abort_quietly()
             raise
+
+    def _transact(self, lane: int, records: list[Message]) -> None:
+        """:meth:`_process`'s transaction, built, produced, and committed or handed to the
+        commit thread."""
+        assert self._consumer is not None
+        producer = self._producer = self._producers[lane]
+        txn = self._building = _Transaction(lane, {}, [], {})
+        offsets, states = txn.offsets, txn.states
+        begun = time.monotonic()
+        with self._watch("begin_transaction", _KAFKA_TIMEOUT_S):  # local, no timeout
+            producer.begin_transaction()
+        self._open.add(lane)
+        handled = 0
+        for m in records:
+            p = m.partition()
+            state = self.partitions.get(p)  # type: ignore[arg-type]
+            if state is None:
+                continue  # revoked since it was fetched: its new owner serves it
+            self._handle(m, state)
+            offsets[p] = m.offset() + 1  # type: ignore[index,operator]
+            states[p] = state  # type: ignore[index]
+            handled += 1
+        if not offsets:
+            self._building = None
+            with self._watch("abort_transaction", _KAFKA_TIMEOUT_S):
+                producer.abort_transaction(_KAFKA_TIMEOUT_S)
+            self._open.discard(lane)
+            return
+        for p in offsets:
+            self._stage_rejections(self.partitions[p])
+            self._maybe_checkpoint(self.partitions[p])
+        started = time.monotonic()
+        metrics.PHASE_VALIDATE.observe(started - begun)
+        metrics.BATCH_COMMANDS.observe(handled)
+        group = self._consumer.consumer_group_metadata()
+        if unfenced(group):
+            raise KafkaException(
+                KafkaError(
+                    KafkaError.UNKNOWN_MEMBER_ID,
+                    "group membership lost before the offsets were sent",
+                )
+            )
+        self._send_offsets(producer, offsets, group)
+        sent = time.monotonic()
+        if self._stop_before_commit:
+            self._stop_before_commit = False
+            self._failpoint_stop("committing")
+        if self._committer is None:
+            self._commit(producer, records, started, sent)
+            self._building = None
+            self._committed(lane, offsets)
+            return
+        # Acknowledged records of this transaction (or its doom, which the commit
+        # reports) before the next transaction produces after them.
+        with self._watch("flush", _KAFKA_TIMEOUT_S):
+            producer.flush(_KAFKA_TIMEOUT_S)
+        flushed = time.monotonic()
+        self._settle()
+        metrics.PHASE_FLUSH.observe(flushed - sent)
+        metrics.PHASE_PREVIOUS.observe(time.monotonic() - flushed)
+        self._committing = _Committing(
+            txn, self._committer.submit(self._commit, producer, records, started, sent)
+        )
+        self._building = None
+        self._turn = (lane + 1) % len(self._producers)
 
     def _send_offsets(self, producer: Producer, offsets: dict[int, int], group: object) -> None:
         """The commands' next offsets into the producer's transaction, with the group's metadata
@@ -731,7 +738,9 @@ class Writer:
             self._settle()
             return
         assert committing is not None
-        self._recover(failure, committing.lane)
+        lane = committing.lane
+        del committing  # it holds its partitions' states, which the recovery drops
+        self._recover(failure, lane)
 
     def _abort_quietly(self) -> None:
         self._settle_quietly()
@@ -798,6 +807,9 @@ class Writer:
             return False
         owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
         self.partitions.clear()
+        # The failed transactions hold their partitions' states: dropped first, the states
+        # are freed now and the sweep need not walk them.
+        del failed, building, committing
         self._sweep_frozen_heap()
         if not owned:
             return True
