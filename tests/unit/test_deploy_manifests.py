@@ -349,6 +349,7 @@ def test_alerts_cover_what_operators_page_on() -> None:
         "DshWriterWithoutPartitions": "dsh_writer_partitions_owned",
         "DshWriterTransactionCommitSlow": "dsh_writer_transaction_commit_seconds_bucket",
         "DshProjectorApplyErrors": "dsh_projector_events_total",
+        "DshWriterCyclicGarbage": "dsh_writer_gc_cyclic_garbage_objects_total",
     }
     for alert, metric in expected.items():
         assert metric in rules[alert]["expr"], alert
