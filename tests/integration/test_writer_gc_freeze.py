@@ -1,11 +1,12 @@
 """DSH_WRITER_GC_FREEZE against the real broker. The writer moves what survives each young
 collection to the permanent generation, which the collector never walks: cyclic garbage that
-got there stays until a recovery sweeps the heap. So nothing the writer does per command or per recovery may make
-reference cycles. After a load with rejections of each origin and a recovery from a failed
-commit, the frozen objects are handed back to the collector, and what it finds unreachable
-must be only what this process's own set-up and teardown left (the in-process writer and
-clients, compiled codecs), none of the writer's state, frames or errors. The recovery's own
-sweep of the heap must find every partition's state already gone, or it would walk it.
+got there stays until a recovery sweeps the heap. So nothing the writer does per command or
+per recovery may make reference cycles. After a load with rejections of each origin and a
+recovery from a failed commit, the frozen objects are handed back to the collector, and what
+it finds unreachable must be only what this process's own set-up and teardown left (the
+in-process writer and clients, compiled codecs), none of the writer's state, frames or
+errors. The recovery's own sweep of the heap must find every partition's state already gone,
+or it would walk it.
 
 Found here before they were fixed: each rejection's traceback held the writer's frames and,
 through their locals, the outcome holding the rejection (16 sets of frames and 10 sessions'
