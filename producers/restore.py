@@ -162,14 +162,22 @@ def restore_partition(
     start = 0
     if use_snapshots:
         end = high_watermark(probe, snapshots_topic, partition)
+        # Until compaction gets to them (not before their segment rolls), every snapshot a
+        # session ever had is still there, each holding all its events up to then: only the
+        # last record of each key is decoded, or a restore would decode a session's events
+        # once per snapshot of it.
+        last_of_key: dict[bytes | None, Message] = {}
         for message in read_partition(reader, snapshots_topic, partition, end, timeout_s):
-            snapshot = decode_snapshot(message.value() or b"")
-            if message.key() == CHECKPOINT_KEY:
-                start = checkpoint_offset(snapshot)
-            elif is_slot_key(message.key()):
-                slots.append(Slot.from_state(snapshot.state))
+            if is_slot_key(message.key()):
+                slots.append(Slot.from_state(decode_snapshot(message.value() or b"").state))
             else:
-                snapshots[snapshot.session_id] = snapshot
+                last_of_key[message.key()] = message
+        checkpoint = last_of_key.pop(CHECKPOINT_KEY, None)
+        if checkpoint is not None:
+            start = checkpoint_offset(decode_snapshot(checkpoint.value() or b""))
+        for message in last_of_key.values():
+            snapshot = decode_snapshot(message.value() or b"")
+            snapshots[snapshot.session_id] = snapshot
     end = high_watermark(probe, events_topic, partition)
     logs: dict[str, list[dict[str, Any]]] = {}
     values: dict[str, list[bytes | None]] = {}

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
 import dsh
+import producers.restore as restore_module
 import producers.writer as writer_module
 from deploy.config import KafkaSettings
 from deploy.topics import partition_for
@@ -31,7 +32,9 @@ from producers.writer import Writer, unfenced
 from schemas import (
     AppendCommand,
     AppendReply,
+    WriterSnapshot,
     decode_reply,
+    decode_snapshot,
     encode_command,
     encode_event,
     encode_reply,
@@ -352,6 +355,36 @@ def test_a_checkpoint_spread_over_batches_restores_every_session(
             for sid in sids[1:]:
                 assert [e.seq for e in restored.sessions[sid].session.events()] == [0]
             assert client.append(sids[1], "user/message", user("c"), surface_op="append").seq == 1
+
+
+def test_a_restore_decodes_only_the_latest_snapshot_of_a_session(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until compaction gets to them every snapshot of a session stays in the topic, each with
+    all its events so far: decoding them all would cost a restore the session's events once
+    per snapshot."""
+    sid = f"snapshots-{uuid.uuid4().hex[:8]}"
+    home = partition_for(sid, PARTITIONS)
+    settings = writer_settings(snapshot_every=2, checkpoint_every=0)
+    written = {"result": "written"}
+    before = REGISTRY.get_sample_value("dsh_writer_snapshots_total", written) or 0
+    with SessionClient(settings=topics, timeout=20) as client, running_writer(topics, settings):
+        for i in range(10):
+            client.append(sid, "user/message", user(f"m{i}"), surface_op="append")
+    snapshots = (REGISTRY.get_sample_value("dsh_writer_snapshots_total", written) or 0) - before
+    assert snapshots == 5
+    decoded: list[str] = []
+
+    def counted(value: bytes) -> WriterSnapshot:
+        snapshot = decode_snapshot(value)
+        decoded.append(snapshot.session_id)
+        return snapshot
+
+    monkeypatch.setattr(restore_module, "decode_snapshot", counted)
+    with running_writer(topics, writer_settings(group_id=settings.group_id)) as second:
+        restored = second.partitions[home].sessions[sid].session
+        assert [e.seq for e in restored.events()] == list(range(10))
+    assert decoded.count(sid) == 1
 
 
 def client_events(kafka: KafkaSettings, sid: str) -> tuple[dsh.Event, ...]:
