@@ -37,7 +37,7 @@ from confluent_kafka import (
 )
 
 from deploy.config import ConfigError, KafkaSettings
-from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
+from deploy.gc_tuning import built_frozen, observe_gc_pauses, young_gc_threshold
 from deploy.interpreters import parse_interpreters
 from deploy.kafka_errors import cluster_topics
 from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for, partition_ids
@@ -244,10 +244,16 @@ class Writer:
                         # A young collection ran: what it left is long-lived session state
                         # (acyclic), and an older collection would walk all of it, a stop of
                         # about a second per 2.5 million objects. The permanent generation is
-                        # never walked; garbage in it is still freed by reference counting.
+                        # never walked; garbage in it is still freed by reference counting,
+                        # and cycles, which the writer makes none of, by the sweep at each
+                        # recovery (_sweep_frozen_heap).
                         gc.freeze()
         finally:
             self._close()
+            if freeze:
+                # A process that goes on (tests, a host embedding the writer) gets its heap
+                # back under the collector.
+                gc.unfreeze()
 
     def _start(self) -> None:
         t = self.topics
@@ -386,7 +392,8 @@ class Writer:
         restored: set[int] = set()  # kept across attempts: only the failed ones are redone
         while True:
             try:
-                return self._restore_once(partitions, restored)
+                with built_frozen(self.settings.gc_freeze):
+                    return self._restore_once(partitions, restored)
             except (KafkaException, RestoreTimeoutError) as exc:
                 if self._stop.is_set() or time.monotonic() + backoff > deadline:
                     for p in restored:
