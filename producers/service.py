@@ -8,7 +8,6 @@ import signal
 from types import FrameType
 
 from deploy.config import KafkaSettings
-from deploy.stacks import dump_stacks_on_signal
 from producers.settings import WriterSettings
 from producers.writer import Writer
 
@@ -33,6 +32,5 @@ def serve_writer(log_level: str = "INFO") -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    dump_stacks_on_signal()
     writer.run()
     return 0

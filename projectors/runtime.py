@@ -163,6 +163,12 @@ class Runtime(Generic[S]):
             on_lost=self._on_lost,
         )
         self.marks.touch()
+        log.info(
+            "projector %s: subscribed to %s as group %s, waiting for partitions",
+            self.name,
+            self.topic,
+            config["group.id"],
+        )
         try:
             with young_gc_threshold(self.settings.gc_threshold):
                 while not stop.is_set():

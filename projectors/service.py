@@ -12,7 +12,6 @@ import redis
 
 from deploy.config import KafkaSettings, RedisSettings
 from deploy.interpreters import parse_interpreters as parse
-from deploy.stacks import dump_stacks_on_signal
 from projectors import metrics
 from projectors.audit import AuditProjection
 from projectors.batch_io import RedisClient
@@ -29,6 +28,8 @@ from projectors.transcript import TranscriptProjection
 from projectors.verify import Report, verify
 
 PROJECTIONS = ("surface", "transcript", "audit")
+
+log = logging.getLogger("projectors")
 
 
 def redis_client(settings: RedisSettings) -> RedisClient:
@@ -63,12 +64,12 @@ def run(name: str) -> None:
     """``dsh project NAME``: run until SIGTERM or SIGINT, finishing the batch in hand."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = ProjectorSettings()
+    log.info("projector %s starting: Redis, then group %s", name, settings.group_id(name))
     runtime = build_runtime(name, KafkaSettings(), RedisSettings(), settings)
     metrics.serve(settings.metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    dump_stacks_on_signal()
     runtime.run(stop)
 
 

@@ -71,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from deploy.config import configure_codec
+        from deploy.stacks import dump_stacks_on_signal
 
+        # From the start, not once a service is up: a process that hangs while it starts
+        # (connecting, loading scripts, joining its group) can be looked into too.
+        dump_stacks_on_signal()
         configure_codec()
         result: int = args.handler(args)
     except SessionError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -49,3 +51,38 @@ def test_the_signal_dumps_every_threads_stack_and_the_process_goes_on() -> None:
     assert "still running" in out
     assert "waiting_in_the_main_thread" in err
     assert "waiting_in_a_helper_thread" in err
+
+
+def test_a_service_hung_while_it_starts_can_be_looked_into() -> None:
+    """Every ``dsh`` process installs the handler first: here a projector whose Redis accepts
+    the connection and never answers, so it waits in its start-up for ever."""
+    with socket.socket() as black_hole:
+        black_hole.bind(("127.0.0.1", 0))
+        black_hole.listen()
+        port = black_hole.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+        env |= {
+            "DSH_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+            "DSH_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+            "DSH_PROJECTOR_METRICS_PORT": "0",
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dsh.cli", "project", "audit"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            accepted, _ = black_hole.accept()  # the projector has connected: now it waits
+            time.sleep(0.5)
+            process.send_signal(DUMP_SIGNAL)
+            time.sleep(1.0)
+            assert process.poll() is None, "the signal ended the process"
+        finally:
+            process.kill()
+            out, _ = process.communicate(timeout=30)
+            accepted.close()
+    assert "projector audit starting" in out
+    assert "load_all" in out, out[-2000:]  # where it waits: loading the scripts into Redis
