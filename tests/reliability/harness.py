@@ -519,6 +519,22 @@ def projections_reach(
     )
 
 
+def projections_behind(
+    client: redis.Redis, prefix: str, targets: dict[str, int], projections: Iterable[str]
+) -> str:
+    """Per projection, how many sessions it has not applied up to their target seq."""
+    behind = []
+    for p in projections:
+        late = [
+            sid
+            for sid, seq in targets.items()
+            if seq >= 0 and int(client.hget(f"{prefix}:{{{sid}}}:{p}:meta", "applied") or -1) < seq
+        ]
+        if late:
+            behind.append(f"{p}: {len(late)} of {len(targets)} sessions behind, e.g. {late[:3]}")
+    return "; ".join(behind) or "none behind"
+
+
 def topic_ends(kafka: KafkaSettings, history: History) -> dict[str, int]:
     """The last committed seq per session in the topic (the projectors' target)."""
     last: dict[str, int] = {sid: -1 for sid in history.sessions}
@@ -543,6 +559,11 @@ def verify_all(ns: Namespace, client: redis.Redis, sessions: list[str], timeout_
         lambda: projections_reach(client, ns.key_prefix, targets, PROJECTIONS),
         timeout_s,
         "the projectors to reach the end of the log",
+        explain=lambda: (
+            projections_behind(client, ns.key_prefix, targets, PROJECTIONS)
+            + "\n"
+            + ns.stacks("project")
+        ),
     )
     reader = Reader(client, Keys(ns.key_prefix))
     by_partition: dict[int, list[str]] = collections.defaultdict(list)
