@@ -46,9 +46,9 @@ def without_traceback(error: _E) -> _E:
     A rejection outlives the call that raised it (in the reply, the rejection memory, a
     broken session). Its traceback holds the frames it passed through, and they hold their
     locals up to the writer's loop: the partition's state and the outcome that holds the
-    error again. That cycle is freed only by the cycle collector, and never once
-    ``DSH_WRITER_GC_FREEZE`` has frozen it, which then keeps a dropped partition's whole
-    state alive."""
+    error again. That cycle is freed only by the cycle collector; once
+    ``DSH_WRITER_GC_FREEZE`` has frozen it, only by the next recovery's sweep, and it keeps
+    a dropped partition's whole state alive until then."""
     pending: list[BaseException | None] = [error]
     seen: set[int] = set()
     while pending:

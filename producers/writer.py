@@ -137,8 +137,9 @@ class _Committing:
     def failure(self) -> KafkaException | None:
         """Waits for the commit and returns its failure, without raising it: each raise of
         one error object adds the raising frame to its traceback, and a frame that holds this
-        transaction (and so the error) makes a cycle, which a frozen heap keeps for good
-        (DSH_WRITER_GC_FREEZE). Its traceback, the commit thread's frames, is dropped too."""
+        transaction (and so the error) makes a cycle, which a frozen heap keeps until a
+        recovery sweeps it (DSH_WRITER_GC_FREEZE). Its traceback, the commit thread's frames,
+        is dropped too."""
         error = self.done.exception()
         if error is None:
             return None

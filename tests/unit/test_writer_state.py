@@ -133,7 +133,8 @@ def test_a_rejection_is_freed_without_the_cycle_collector(
 ) -> None:
     """A rejection's traceback would hold the writer's frames and, through their locals, the
     outcome that holds the rejection: a cycle per rejected command, which a frozen heap
-    (DSH_WRITER_GC_FREEZE) never frees, with the partition's state inside it."""
+    (DSH_WRITER_GC_FREEZE) keeps until a recovery sweeps it, with the partition's state
+    inside it."""
     state = PartitionState(0)
     _apply(state, "r1", _user(0))
     gc.collect()
