@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import subprocess
@@ -9,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.stacks import DUMP_SIGNAL
+import pytest
+
+from deploy.stacks import DUMP_SIGNAL, dump_stacks_on_signal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,3 +89,9 @@ def test_a_service_hung_while_it_starts_can_be_looked_into() -> None:
             accepted.close()
     assert "projector audit starting" in out
     assert "load_all" in out, out[-2000:]  # where it waits: loading the scripts into Redis
+
+
+def test_a_stand_in_for_stderr_leaves_the_signal_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI called in process (tests, a host) with a stderr that has no file descriptor."""
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert dump_stacks_on_signal() is False
