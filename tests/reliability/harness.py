@@ -503,9 +503,11 @@ def applied(client: redis.Redis, prefix: str, projection: str, sid: str) -> int:
     return -1 if value is None else int(value)
 
 
-def projections_reach(
+def lagging(
     client: redis.Redis, prefix: str, targets: dict[str, int], projections: Iterable[str]
-) -> bool:
+) -> dict[str, list[str]] | None:
+    """Per projection, the sessions it has not applied up to their target seq (one pipeline);
+    None while Redis cannot be read."""
     pipe = client.pipeline(transaction=False)
     pairs = [(p, sid) for p in projections for sid, seq in targets.items() if seq >= 0]
     for p, sid in pairs:
@@ -513,26 +515,34 @@ def projections_reach(
     try:
         values = pipe.execute()
     except redis.RedisError:
-        return False
-    return all(
-        v is not None and int(v) >= targets[sid] for (_, sid), v in zip(pairs, values, strict=True)
-    )
+        return None
+    behind: dict[str, list[str]] = {}
+    for (p, sid), v in zip(pairs, values, strict=True):
+        if v is None or int(v) < targets[sid]:
+            behind.setdefault(p, []).append(sid)
+    return behind
+
+
+def projections_reach(
+    client: redis.Redis, prefix: str, targets: dict[str, int], projections: Iterable[str]
+) -> bool:
+    return lagging(client, prefix, targets, projections) == {}
 
 
 def projections_behind(
     client: redis.Redis, prefix: str, targets: dict[str, int], projections: Iterable[str]
 ) -> str:
-    """Per projection, how many sessions it has not applied up to their target seq."""
-    behind = []
-    for p in projections:
-        late = [
-            sid
-            for sid, seq in targets.items()
-            if seq >= 0 and int(client.hget(f"{prefix}:{{{sid}}}:{p}:meta", "applied") or -1) < seq
-        ]
-        if late:
-            behind.append(f"{p}: {len(late)} of {len(targets)} sessions behind, e.g. {late[:3]}")
-    return "; ".join(behind) or "none behind"
+    """For a failure message: how many sessions each projection has not caught up with."""
+    behind = lagging(client, prefix, targets, projections)
+    if behind is None:
+        return "Redis cannot be read"
+    return (
+        "; ".join(
+            f"{p}: {len(late)} of {len(targets)} sessions behind, e.g. {late[:3]}"
+            for p, late in behind.items()
+        )
+        or "none behind"
+    )
 
 
 def topic_ends(kafka: KafkaSettings, history: History) -> dict[str, int]:
