@@ -48,8 +48,11 @@ test-tools:
 	  else echo "note: promtool/docker-compose/openssl missing; their checks will skip or fail"; fi; \
 	fi
 
+# Two workers: the reliability suite beside everything else (tests/conftest.py groups them).
+# PYTEST_WORKERS=0 runs it all in this process, one test after another.
+PYTEST_WORKERS ?= 2
 test: setup test-tools check
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS)
 
 down: $(STAMP)
 	$(BIN)/dsh down

@@ -30,6 +30,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+# First, ahead of xdist's own (this hook takes the first answer).
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test` runs two pytest-xdist workers: the reliability suite on one (its 3-broker
+    cluster), everything else on the other (the one-broker stack), so each half's servers start
+    once and the two halves, mostly waiting on brokers and timeouts, overlap.
+
+    xdist's ``loadgroup`` would do it with marks, but it renames test ids through
+    ``item._nodeid``, which pytest 9.2 no longer reads; its ``loadscope`` scheduler with two
+    scopes does the same through ``_split_scope`` (private, hence the version pin)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoHalves(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "reliability" if nodeid.startswith("tests/reliability/") else "main"
+
+    return TwoHalves(config, log)
+
+
 @dataclass(frozen=True)
 class Servers:
     bootstrap_servers: str
