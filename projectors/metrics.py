@@ -37,6 +37,21 @@ GC_PAUSES = Histogram(
 )
 
 
+RESULTS = ("applied", "duplicate", "gap", "blocked", "poison")
+REBUILD_CAUSES = ("gap", "redis-lost", "replay")
+
+
+def expose(projector: str) -> None:
+    """Every counter series of the projector, at 0 before anything happens. Prometheus sees
+    no increase in a series whose first sample is already 1, so without this the first
+    poison record or lost Redis of a process would never raise an ``increase()`` alert."""
+    for result in RESULTS:
+        EVENTS.labels(projector, result)
+    for cause in REBUILD_CAUSES:
+        REBUILDS.labels(projector, cause)
+    COMMIT_FAILURES.labels(projector)
+
+
 def serve(port: int) -> None:
     if port:
         start_http_server(port)

@@ -55,7 +55,6 @@ S = TypeVar("S")
 log = logging.getLogger("projectors")
 
 APPLIED, DUPLICATE, GAP, BLOCKED = 1, 0, -1, -2
-_RESULTS = ("applied", "duplicate", "gap", "blocked", "poison")
 # A batch that meets one of these is applied again from the start, with the one before it:
 # nothing of either was committed, and applying again is harmless.
 _RETRYABLE = (redis.ConnectionError, redis.TimeoutError, KafkaException)
@@ -131,6 +130,7 @@ class Runtime(Generic[S]):
 
     def run(self, stop: threading.Event) -> None:
         observe_gc_pauses(metrics.GC_PAUSES)
+        metrics.expose(self.name)
         self._watchdog = CallWatchdog(self.settings.stuck_call_grace_s)
         config: dict[str, Any] = {
             **self.kafka.client_config(),
@@ -461,7 +461,7 @@ class Runtime(Generic[S]):
         while len(self.cache) > self.settings.cache_sessions:
             self.cache.popitem(last=False)
         metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - batch.started)
-        for result in _RESULTS:
+        for result in metrics.RESULTS:
             n = self.stats[result] - self._published[result]
             if n:
                 metrics.EVENTS.labels(self.name, result).inc(n)
