@@ -13,6 +13,7 @@ from dsh.errors import SessionError, register_error
 _FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 _ONE_WEEK_MS = str(7 * 24 * 3600 * 1000)
 _ONE_DAY_MS = str(24 * 3600 * 1000)
+_ONE_HOUR_MS = str(3600 * 1000)
 
 
 @register_error
@@ -32,7 +33,10 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec("commands", {"retention.ms": _ONE_WEEK_MS}),
     TopicSpec("events", dict(_FOREVER)),  # the source of truth: never expires
     TopicSpec("replies", {"retention.ms": _ONE_DAY_MS}),
-    TopicSpec("snapshots", {"cleanup.policy": "compact"}),
+    # The log cleaner never touches a partition's active segment, which rolls only at 1 GiB or
+    # after 7 days by default: until then every snapshot a session ever had stays, each with
+    # all its events so far, and a restore reads them all. The lag rolls it within the hour.
+    TopicSpec("snapshots", {"cleanup.policy": "compact", "max.compaction.lag.ms": _ONE_HOUR_MS}),
     TopicSpec("dlq", dict(_FOREVER)),
 )
 
