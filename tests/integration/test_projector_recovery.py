@@ -200,8 +200,8 @@ def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
             pipe.hget(f"dsh:{{{sid}}}:{projection}:meta", "applied")
         return sum(int(v) + 1 for v in pipe.execute() if v is not None)
 
-    # One projector at a time, each killed an eighth of the way into its own events (it goes on
-    # for a few hundred more before the kill lands): run together, a fast one could finish
+    # One projector at a time, each killed an eighth of the way into its own events (it can get
+    # a thousand events further before the kill lands): run together, a fast one could finish
     # first and leave its restart nothing to do.
     killed_at = {}
     for projection in PROJECTIONS:

@@ -111,6 +111,9 @@ def test_a_writer_restores_from_a_snapshots_topic_the_log_cleaner_has_compacted(
             assert restored.restored_from > 0  # from the checkpoint: the snapshots were used
             for sid in sids:
                 assert restored.sessions[sid].session.events() == client.read(sid).events()
+            # A turn is open now, so the retried turn/end would commit if validated again: only
+            # the rejection remembered on the compacted topic can answer it.
+            client.append(sids[0], "turn/start", {"turn": 1})
             retried = _rejected(
                 lambda: client.append(sids[0], "turn/end", end, request_id="r-no-turn")
             )
@@ -119,6 +122,7 @@ def test_a_writer_restores_from_a_snapshots_topic_the_log_cleaner_has_compacted(
                 no_turn.code,
                 no_turn.message,
             )
+            assert len(client.read(sids[0])) == 7
             assert (
                 client.append(sids[1], "user/message", user("next"), surface_op="append").seq == 6
             )
