@@ -31,6 +31,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.stalls import ClientGcPauses, PressureSampler, describe, slowest_second
 from deploy.config import KafkaSettings, configure_codec
 from deploy.local.processes import free_ports
 from deploy.topics import PRODUCER_PARTITIONER, ensure_topics, partition_for
@@ -39,6 +40,7 @@ from producers.client import command_headers
 from schemas import AppendCommand, encode_command, encode_event
 
 REPO = Path(__file__).resolve().parents[1]
+SLOW_MS = 50.0  # issue 5's p99 target for the round trip at 500/s
 TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 bytes of prompt text
 
 
@@ -197,33 +199,14 @@ def sustained(
     return total / elapsed
 
 
-class ClientGcPauses:
-    """Collections of this (the client's) process while the block runs, per generation:
-    [count, total ms]. A pause here delays every reply the client is waiting for."""
-
-    def __init__(self) -> None:
-        self.by_generation: dict[str, list[float]] = {str(g): [0, 0.0] for g in range(3)}
-        self._started = 0.0
-
-    def _observe(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            entry = self.by_generation[str(info["generation"])]
-            entry[0] += 1
-            entry[1] += (time.perf_counter() - self._started) * 1000
-
-    def __enter__(self) -> ClientGcPauses:
-        gc.callbacks.append(self._observe)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._observe)
-
-
 def paced_latency(submit: Any, rate: float, seconds: float) -> list[float]:
     """Open loop: one operation every 1/rate s; returns each one's latency in ms."""
-    latencies: list[float] = []
+    return [ms for _, ms in timed_paced(submit, rate, seconds)]
+
+
+def timed_paced(submit: Any, rate: float, seconds: float) -> list[tuple[float, float]]:
+    """As :func:`paced_latency`, with each operation's send time (``time.monotonic()``)."""
+    latencies: list[tuple[float, float]] = []
     lock = threading.Lock()
     futures = []
     interval = 1.0 / rate
@@ -239,7 +222,7 @@ def paced_latency(submit: Any, rate: float, seconds: float) -> list[float]:
 
         def record(_f: Future[Any], sent: float = sent) -> None:
             with lock:
-                latencies.append((time.monotonic() - sent) * 1000)
+                latencies.append((sent, (time.monotonic() - sent) * 1000))
 
         fut.add_done_callback(record)
         futures.append(fut)
@@ -481,9 +464,14 @@ def main() -> int:
                     sessions[i % len(sessions)], "user/message", message(i), surface_op="append"
                 )
 
-            # What the sustained phases left in this process is swept now, not by a gen-2
-            # collection in the middle of the paced phase (24-40 ms, seen in 2 of 2 runs).
+            # The paced phase measures a steady 500/s, not what the phases before it left:
+            # - their writes (hundreds of MB) are written back now, not 30 s later in the
+            #   middle of it (io stalls of 35-161 ms/s in its slowest second, 3 of 3 runs);
+            # - what they left in this process is swept now and frozen, not walked by a gen-2
+            #   collection in the middle of it (24-40 ms, seen in 2 of 2 runs).
+            os.sync()
             gc.collect()
+            gc.freeze()
             if args.warmup > 0:  # the first writes to brand-new partitions are slow at the broker
                 warm = paced_latency(one_append, args.rate, args.warmup)
                 results["warmup_p50_ms"] = percentile(warm, 0.5)
@@ -492,9 +480,12 @@ def main() -> int:
             before_commits = before["dsh_writer_transaction_commit_seconds_count"]
             before_commit_s = before["dsh_writer_transaction_commit_seconds_sum"]
             before_batch = before["dsh_writer_batch_commands_sum"]
-            with ClientGcPauses() as client_gc:
-                lat = paced_latency(one_append, args.rate, args.seconds)
+            with ClientGcPauses() as client_gc, PressureSampler() as pressure:
+                timed = timed_paced(one_append, args.rate, args.seconds)
+            lat = [ms for _, ms in timed]
+            results["paced_slowest_second"] = slowest_second(timed, pressure, SLOW_MS)
             results["paced_client_gc"] = client_gc.by_generation
+            results["paced_client_gc_longest_ms"] = client_gc.longest_ms
             results["round_trip_p50_ms"] = percentile(lat, 0.5)
             results["round_trip_p99_ms"] = percentile(lat, 0.99)
             after = scrape(metrics_port)
@@ -577,6 +568,7 @@ def main() -> int:
             + f"{results['paced_writer_latency_p99_bound_ms']:.0f} ms, of which waiting to be "
             + f"taken at most {results['paced_command_wait_p99_bound_ms']:.0f} ms"
         )
+        print("  " + describe(results["paced_slowest_second"], SLOW_MS))
         for what, key in (
             ("writer GC while paced", "paced_gc"),
             ("client GC while paced", "paced_client_gc"),
@@ -586,6 +578,10 @@ def main() -> int:
                 f"  {what} (collections, total ms) by generation: "
                 + ", ".join(f"{g}: {n:.0f}, {ms:.1f}" for g, (n, ms) in results[key].items())
             )
+        print(
+            "  client's longest collection while paced: "
+            f"{results['paced_client_gc_longest_ms']:.1f} ms"
+        )
     return 0
 
 
