@@ -1,5 +1,7 @@
 """Projector benchmark: events/s applied per projector process next to a raw pipelined Redis
-write of the same keys; replay rate; latency from a committed event to a visible surface.
+write of the same keys; replay rate; latency from a committed event to a visible surface; and
+from a client's append to the visible surface (``end_to_end``), whose slowest second is
+reported beside the machine's stalls in it (bench/stalls.py).
 
 Runs against a stack you already run (``dsh up``); every run uses its own topic prefix and
 Redis key prefix, and deletes its keys at the end.

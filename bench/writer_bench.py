@@ -10,7 +10,9 @@ The writer runs as its own process (`python -m dsh.cli writer`), as in productio
 created under a fresh prefix so runs never see each other's records. A brand-new partition's
 first writes are slow at the broker (hundreds of ms in a fresh topic's first second, measured
 2 Dec 2026), so the round trip is counted after ``--warmup`` seconds at the same rate; the
-warm-up's own figures are printed apart.
+warm-up's own figures are printed apart. The paced phase starts from a synced disk and a
+frozen heap, so it measures a steady rate rather than what the phases before it left; its
+slowest second is printed beside the machine's stalls in that second (bench/stalls.py).
 """
 
 from __future__ import annotations
