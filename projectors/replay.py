@@ -1,9 +1,13 @@
 """``dsh replay``: rebuild read models from the events topic — some sessions, or all of them.
 
 Each session is rebuilt into its keys inside one MULTI (delete, then every event through the
-same apply script), so a reader sees either the old projection or the new one; a projector
-running meanwhile at worst finds a gap on its next event and rebuilds that session again.
-The whole topic is read one partition at a time, so memory holds one partition's sessions.
+same apply script), so a reader sees either the old projection or the new one. A partition's
+sessions are rebuilt from its records up to the end the scan saw; a projector running
+meanwhile may already have applied records after that end, which the rewrite sets back, so
+the replay then reads the partition on from that end and applies what it finds to the
+sessions it rebuilt, next seq only, as a projector does (a projector meanwhile at worst
+finds a gap on its next event and rebuilds that session again). The whole topic is read one
+partition at a time, so memory holds one partition's sessions.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from deploy.topics import partition_for
 from projectors.errors import ProjectorError
 from projectors.records import Poison, Record
 from projectors.runtime import Runtime
-from projectors.topic_reader import partition_count, read_sessions, scan_partitions
+from projectors.topic_reader import partition_count, scan_partitions
 
 Progress = Callable[[int, int], None]
 
@@ -85,10 +89,15 @@ def _replay(
         for sid in wanted:
             by_partition[partition_for(sid, partitions)].add(sid)
         for p, sids in by_partition.items():
-            found = read_sessions(kafka, topic, p, sids)
+            found: dict[str, list[Record | Poison]] = {sid: [] for sid in sids}
+            ends: dict[int, int] = {}
+            for item in scan_partitions(kafka, topic, [p], on_end=ends.__setitem__):
+                if item.session_id in found:
+                    found[item.session_id].append(item)
             records += sum(len(items) for items in found.values())
             sessions += len(found)
             applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
+            _catch_up(kafka, runtimes, ends, sids)
     else:
         total = _records_in(kafka, topic, partitions)
         workers = _worker_count(runtimes, partitions)
@@ -115,12 +124,14 @@ def _replay_partitions(
     # One reader over the partitions; a partition's sessions are rebuilt (and freed) as soon as
     # its end is reached.
     logs: dict[int, dict[str, list[Record | Poison]]] = defaultdict(lambda: defaultdict(list))
+    ends: dict[int, int] = {}  # partition → where the scan stopped
 
-    def partition_done(p: int) -> None:
+    def partition_done(p: int, end: int) -> None:
         nonlocal sessions, applied
         done = logs.pop(p, {})
         sessions += len(done)
         applied += sum(rt.rebuild_logs(done, "replay") for rt in runtimes)
+        ends[p] = end
 
     topic = kafka.topic("events")
     for item in scan_partitions(kafka, topic, partitions, on_end=partition_done):
@@ -131,7 +142,30 @@ def _replay_partitions(
             progress(records, total)
     if progress is not None:
         progress(records, total)
+    _catch_up(kafka, runtimes, ends, None)
     return sessions, records, applied
+
+
+def _catch_up(
+    kafka: KafkaSettings,
+    runtimes: Sequence[Runtime[Any]],
+    ends: dict[int, int],
+    sessions: set[str] | None,
+) -> None:
+    """Applies each partition's records from its end in ``ends`` (where the rebuild's scan
+    stopped) to its end now, to ``sessions`` (None: every session), next seq only (see the
+    module's doc). One reader for all the partitions: setting one up costs about as much as
+    the few records there usually are."""
+    if not ends:
+        return
+    tail = [
+        item
+        for item in scan_partitions(kafka, kafka.topic("events"), ends, start=ends)
+        if item.session_id is not None and (sessions is None or item.session_id in sessions)
+    ]
+    if tail:
+        for rt in runtimes:
+            rt.catch_up(tail)
 
 
 def _worker_count(runtimes: Sequence[Runtime[Any]], partitions: int) -> int:

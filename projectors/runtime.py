@@ -662,6 +662,32 @@ class Runtime(Generic[S]):
                 )
             self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
 
+    def catch_up(self, items: Sequence[Record | Poison]) -> None:
+        """Apply records read after :meth:`rebuild_logs` wrote their sessions, the way the
+        consumer loop applies a batch (next seq only): a replay's rewrite may have set a
+        session back behind what a running projector had already applied from the records
+        after the replay's scan. A session with a poison record here is rebuilt from its whole
+        log, which blocks it, rather than dead-lettered again (the running projector does)."""
+        poisoned: dict[int, set[str]] = defaultdict(set)
+        for item in items:
+            if type(item) is not Record and item.session_id is not None:
+                poisoned[item.partition].add(item.session_id)
+        records = [
+            i
+            for i in items
+            if type(i) is Record and i.session_id not in poisoned.get(i.partition, ())
+        ]
+        if not records and not poisoned:
+            return
+        self._load({i.session_id: i.partition for i in records})
+        commands, queued, rebuild = self._plan(records)
+        self._settle(queued, self.link.round_trip(commands), rebuild)
+        for partition, sids in poisoned.items():
+            rebuild.setdefault(partition, set()).update(sids)
+        if rebuild:
+            self.rebuild(rebuild, cause="replay")
+        self.dlq.flush()  # what planning refused (an invalid world) was dead-lettered
+
     def rebuild_logs(
         self, logs: Mapping[str, Sequence[Record | Poison]], cause: str, chunk: int = 20_000
     ) -> int:

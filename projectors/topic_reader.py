@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -39,11 +39,14 @@ def scan_partitions(
     topic: str,
     partitions: Iterable[int],
     timeout_s: float = 30.0,
-    on_end: Callable[[int], None] | None = None,
+    on_end: Callable[[int, int], None] | None = None,
+    start: Mapping[int, int] | None = None,
 ) -> Iterator[Record | Poison]:
     """Every committed record of the given partitions up to their ends as of now, through one
-    consumer (setting one up costs more than reading thousands of records). Records of one
-    partition come in order; partitions interleave; ``on_end(p)`` runs when p's end is reached."""
+    consumer (setting one up costs more than reading thousands of records), from each one's
+    ``start`` offset if given, else its first. Records of one partition come in order;
+    partitions interleave; ``on_end(p, end)`` runs when p's end is reached, with the offset
+    the next record will have."""
     consumer = Consumer(
         {
             **kafka.client_config(),
@@ -60,8 +63,14 @@ def scan_partitions(
     try:
         # From each partition's low watermark as a number: with OFFSET_BEGINNING librdkafka
         # takes about half a second to fetch the first record.
+        starts = start or {}
         consumer.assign(
-            [TopicPartition(topic, p, _first_offset(consumer, topic, p)) for p in pending]
+            [
+                TopicPartition(
+                    topic, p, starts[p] if p in starts else _first_offset(consumer, topic, p)
+                )
+                for p in pending
+            ]
         )
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -79,7 +88,7 @@ def scan_partitions(
                         if p in pending:
                             pending.discard(p)
                             if on_end is not None:
-                                on_end(p)
+                                on_end(p, message.offset() or 0)
                         continue
                     raise KafkaException(error)
                 if p in pending:

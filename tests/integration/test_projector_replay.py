@@ -5,18 +5,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 import redis
+from pydantic import SecretStr
 
-from deploy.config import KafkaSettings
+from deploy.config import KafkaSettings, RedisSettings
 from deploy.interpreters import offload_images
 from projectors.keys import Keys
 from projectors.read_api import Reader
+from projectors.records import Poison, Record
+from projectors.replay import replay
+from projectors.service import build_runtime
+from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import verify
 from tests.integration.projector_support import (
+    OFFLOAD,
     applied,
+    events_of,
     forked,
     interleave,
     projector_env,
@@ -73,3 +82,51 @@ def test_replay_all_then_one_session(
     assert int(redis_client.hget(f"dsh:{{{parent.id}}}:surface:meta", "applies") or 0) == len(
         parent
     )
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["one-session", "whole-topic"])
+def test_a_replay_applies_what_a_running_projector_applied_past_its_scan(
+    topics: KafkaSettings,
+    redis_client: redis.Redis,
+    servers,
+    monkeypatch: pytest.MonkeyPatch,
+    named: bool,
+) -> None:
+    """Between the replay's scan of a partition and its rewrite of the partition's sessions,
+    the rest of a session is appended and a running projector applies it; the rewrite sets
+    the session back to where the scan ended, and the replay must then apply the rest again
+    on top of it (else the session stays behind until its next event)."""
+    session = simple_session("replay-race", turns=6)
+    events = events_of(session)
+    half = len(events) // 2
+    publish(topics, events[:half])
+    names = ("surface", "transcript", "audit")
+    redis_settings = RedisSettings(url=SecretStr(servers.redis_url))
+    settings = ProjectorSettings(projections=f"image/offload={OFFLOAD}", replay_workers=1)
+    running = [build_runtime(name, topics, redis_settings, settings) for name in names]
+    replaying = [build_runtime(name, topics, redis_settings, settings) for name in names]
+    rewrite = replaying[0].rebuild_logs
+    raced: list[bool] = []
+
+    def after_the_scan(logs: Mapping[str, Sequence[Record | Poison]], cause: str) -> Any:
+        if session.id in logs and not raced:
+            assert len(logs[session.id]) == half  # what the scan saw
+            publish(topics, events[half:])
+            whole = {session.id: read_session(topics, session.id)}
+            for runtime in running:
+                runtime.rebuild_logs(whole, "test")
+            assert applied(redis_client, "audit", session.id) == len(session) - 1
+            raced.append(True)
+        return rewrite(logs, cause)
+
+    monkeypatch.setattr(replaying[0], "rebuild_logs", after_the_scan)
+    replay(topics, replaying, [session.id] if named else [])
+
+    assert raced
+    for name in names:
+        assert applied(redis_client, name, session.id) == len(session) - 1, name
+        meta = f"dsh:{{{session.id}}}:{name}:meta"
+        assert int(redis_client.hget(meta, "applies") or 0) == len(session), name  # once each
+    reader = Reader(redis_client, Keys())
+    report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
+    assert report.ok, "\n".join(report.differences)
