@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Message, Producer
 
 from deploy.config import KafkaSettings
@@ -26,3 +27,38 @@ def test_partition_for_matches_the_client_partitioner(topics: KafkaSettings) -> 
     assert producer.flush(30) == 0
     assert placed == {key: partition_for(key, TEST_PARTITIONS) for key in KEYS[1:]}
     assert len(set(placed.values())) > 1  # the keys really spread over partitions
+
+
+def test_misaligned_topics_are_refused_by_topic_creation_and_by_the_writer(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """A session lives on partition p of commands, events and snapshots alike; topics that
+    differ in partition count would split it, so neither `ensure_topics` nor a writer goes on."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    from deploy.config import ConfigError
+    from deploy.topics import TopicError, ensure_topics
+    from producers.writer import Writer
+    from tests.integration.writer_support import writer_settings
+
+    admin = AdminClient(kafka_settings.client_config())
+    events = kafka_settings.topic("events")
+    created = admin.create_topics([NewTopic(events, TEST_PARTITIONS + 1, 1)])
+    created[events].result(30)
+
+    with pytest.raises(TopicError) as refused:
+        ensure_topics(kafka_settings, TEST_PARTITIONS)
+    assert refused.value.code == "PARTITION_MISMATCH"
+    assert events in str(refused.value)
+
+    # The others as they should be; the writer still sees the events topic's extra partition.
+    others = [
+        NewTopic(kafka_settings.topic(name), TEST_PARTITIONS, 1)
+        for name in ("commands", "replies", "snapshots", "dlq")
+    ]
+    for future in admin.create_topics(others).values():
+        future.result(30)
+    with pytest.raises(ConfigError) as stopped:
+        Writer(kafka_settings, writer_settings()).run()
+    assert stopped.value.code == "PARTITION_MISMATCH"
