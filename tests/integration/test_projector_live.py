@@ -91,6 +91,40 @@ def test_two_surface_projectors_share_a_group_and_count_their_work(
     assert not [d for d in report.differences if d.startswith("surface")], report.differences
 
 
+def test_a_second_group_over_the_same_keys_applies_nothing_twice_and_counts_each_duplicate(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    """A projector that lost its group's offsets (a new group prefix, a redeploy) reads the
+    topic from the start over keys that already hold it: every event is a duplicate, skipped
+    and counted, and nothing is applied again."""
+    sessions = [simple_session(f"dup-{i}", turns=3) for i in range(6)]
+    publish(topics, interleave(*sessions))
+    total = sum(len(s) for s in sessions)
+
+    def counted(result: str) -> float:
+        labels = {"projector": "transcript", "result": result}
+        return REGISTRY.get_sample_value("dsh_projector_events_total", labels) or 0.0
+
+    with projectors_running(topics, servers.redis_url, names=("transcript",)):
+        wait_until(
+            lambda: all(applied(redis_client, "transcript", s.id) == len(s) - 1 for s in sessions),
+            what="all sessions in the transcript",
+        )
+    before = {result: counted(result) for result in ("applied", "duplicate")}
+    group = f"g2-{topics.topic_prefix}"
+    with projectors_running(
+        topics, servers.redis_url, names=("transcript",), group_prefix=group
+    ) as again:
+        runtime = again["transcript"]
+        wait_until(lambda: runtime.stats["duplicate"] == total, what="every event seen again")
+    assert runtime.stats["applied"] == 0
+    assert counted("duplicate") - before["duplicate"] == total
+    assert counted("applied") == before["applied"]
+    for s in sessions:
+        meta = redis_client.hgetall(f"dsh:{{{s.id}}}:transcript:meta")
+        assert int(meta[b"applies"]) == len(s)  # each event applied once, by the first group
+
+
 def test_an_instance_joining_takes_only_its_share_while_the_other_keeps_its_own(
     topics: KafkaSettings, redis_client: redis.Redis, servers
 ) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
 from deploy.config import KafkaSettings, RedisSettings
@@ -111,6 +112,18 @@ def test_a_poison_record_blocks_its_session_and_no_other(
     publish(topics, records)
 
     last = {s.id: len(s) - 1 for s in good}
+    expected_codes = {
+        codec.id: "CODEC_BAD_MARKER",
+        fingerprint.id: "CODEC_UNKNOWN_FINGERPRINT",
+        rule.id: "REPLACE_START_NOT_ON_SURFACE",
+    }
+
+    def dead_lettered(projection: str, code: str) -> float:
+        labels = {"projector": projection, "code": code}
+        return REGISTRY.get_sample_value("dsh_projector_dlq_total", labels) or 0.0
+
+    codes = expected_codes.values()
+    letters_before = {(p, c): dead_lettered(p, c) for p in PROJECTIONS for c in codes}
     with projectors_running(topics, servers.redis_url):
         wait_until(lambda: _caught_up(redis_client, last), what="the good sessions")
         blocked = {codec.id, fingerprint.id, rule.id}
@@ -122,16 +135,20 @@ def test_a_poison_record_blocks_its_session_and_no_other(
             ),
             what="the poisoned sessions to be blocked",
         )
+        wait_until(
+            lambda: all(
+                REGISTRY.get_sample_value("dsh_projector_blocked_sessions", {"projector": p}) == 3
+                for p in PROJECTIONS
+            ),
+            what="the blocked-sessions gauge of each projector at 3",
+        )
+    for (projection, code), before in letters_before.items():
+        assert dead_lettered(projection, code) - before == 1, (projection, code)
 
     reader = Reader(redis_client, Keys())
     for session in good:
         report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
         assert report.ok, "\n".join(report.differences)
-    expected_codes = {
-        codec.id: "CODEC_BAD_MARKER",
-        fingerprint.id: "CODEC_UNKNOWN_FINGERPRINT",
-        rule.id: "REPLACE_START_NOT_ON_SURFACE",
-    }
     for sid, code in expected_codes.items():
         for projection in PROJECTIONS:
             reason = reader.blocked(projection, sid)
