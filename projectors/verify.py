@@ -13,7 +13,8 @@ from dsh.event import Event, Replace
 from dsh.json_snapshot import thaw
 from dsh.projections import Interpreter
 from dsh.surface import Surface
-from dsh.vocabulary import SURFACE_TYPES
+from dsh.vocabulary import BUILTIN_PROJECTION_TYPES, SURFACE_TYPES
+from projectors.audit import INDEXED, tool_error
 from projectors.read_api import Reader
 from projectors.records import Poison, Record
 from projectors.transcript import kind_of
@@ -163,3 +164,40 @@ def _check_audit(report: Report, reader: Reader, events: list[Event], last: int)
     _diff(report, "audit: what cited each event", view.cited_by, cited_by)
     want_shadowed_by = {node: seq for seq, nodes in shadowed.items() for node in nodes}
     _diff(report, "audit: what shadowed each event", view.shadowed_by, want_shadowed_by)
+    records, index = _audit_records(events, shadowed)
+    wrong = [seq for seq, want in records.items() if _same(view.events.get(seq)) != _same(want)]
+    for seq in wrong[:5]:  # the first few in full; a broken projection differs everywhere
+        _diff(report, f"audit record of seq {seq}", view.events.get(seq), records[seq])
+    if len(wrong) > 5:
+        report.differences.append(f"audit records: {len(wrong) - 5} more differ")
+    _diff(report, "audit indexes (requests, attempts, errors, lineage, …)", view.index, index)
+
+
+def _audit_records(
+    events: list[Event], shadowed: Mapping[int, list[int]]
+) -> tuple[dict[int, dict[str, Any]], dict[str, list[int]]]:
+    """What the audit should hold for each event and in each index, from the events and what
+    the core's surface says each replacement shadowed. The types whose data it keeps and the
+    index each goes to are the audit's own choice (``projectors.audit.INDEXED``)."""
+    records: dict[int, dict[str, Any]] = {}
+    index: dict[str, list[int]] = {}
+    for ev in events:
+        wire = ev.to_json()
+        record: dict[str, Any] = {"type": ev.type, "time": ev.time}
+        for key in ("surfaceOp", "sourceEventSeqs", "ignorable"):
+            if key in wire:
+                record[key] = wire[key]
+        listed = "projections" if ev.type in BUILTIN_PROJECTION_TYPES else INDEXED.get(ev.type)
+        if listed is not None:
+            record["data"] = wire["data"]
+        if ev.seq in shadowed:
+            record["shadowed"] = shadowed[ev.seq]
+            listed = "replaces"
+        error = tool_error(ev) if ev.type == "tool/result" else None
+        if error is not None:
+            record["error"] = error
+            index.setdefault("errors", []).append(ev.seq)
+        if listed is not None:
+            index.setdefault(listed, []).append(ev.seq)
+        records[ev.seq] = record
+    return records, index

@@ -136,3 +136,35 @@ def test_verify_reports_a_difference_with_a_nonzero_exit(
     assert done.returncode == 1
     assert "surface messages vs derive_messages()" in done.stderr
     assert "tampered" in done.stderr
+
+
+def test_verify_compares_every_audit_record_and_index_with_the_log(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    session = scripted_session("sess-audit-tampered").session
+    publish(topics, events_of(session))
+    last = {session.id: len(session) - 1}
+    with projectors_running(topics, servers.redis_url):
+        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+    reader = Reader(redis_client, Keys())
+    log = read_session(topics, session.id)
+    assert verify(session.id, log, reader, INTERPRETERS).ok
+
+    # A turn end drops out of the index, and another's recorded reason is changed.
+    index_key = f"dsh:{{{session.id}}}:audit:index"
+    listed = redis_client.hget(index_key, "turns")
+    assert isinstance(listed, bytes), listed
+    turns = listed.decode().split(",")
+    assert len(turns) >= 2, turns
+    redis_client.hset(index_key, "turns", ",".join(turns[:-1]))
+    events_key = f"dsh:{{{session.id}}}:audit:events"
+    first_end = turns[0]
+    record = json.loads(redis_client.hget(events_key, first_end) or b"{}")
+    record["data"]["reason"] = {"kind": "tampered"}
+    redis_client.hset(events_key, first_end, json.dumps(record))
+
+    report = verify(session.id, log, reader, INTERPRETERS)
+    found = "\n".join(report.differences)
+    assert len(report.differences) == 2, found
+    assert f"audit record of seq {first_end}" in found and "tampered" in found
+    assert "audit indexes" in found
