@@ -10,6 +10,7 @@ import sys
 
 import redis
 
+import dsh
 from deploy.config import KafkaSettings
 from deploy.interpreters import offload_images
 from projectors.keys import Keys
@@ -112,14 +113,22 @@ def test_scripted_session_read_models_match_the_core(
     assert f"replaced by {script.summary_seq}" in shown.stdout
 
 
+def _projected_script(
+    topics: KafkaSettings, redis_client: redis.Redis, redis_url: str, session_id: str
+) -> dsh.Session:
+    """A scripted session published and projected by all three projectors, then stopped."""
+    session = scripted_session(session_id).session
+    publish(topics, events_of(session))
+    last = {session.id: len(session) - 1}
+    with projectors_running(topics, redis_url):
+        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+    return session
+
+
 def test_verify_reports_a_difference_with_a_nonzero_exit(
     topics: KafkaSettings, redis_client: redis.Redis, servers
 ) -> None:
-    session = scripted_session("sess-tampered").session
-    publish(topics, events_of(session))
-    last = {session.id: len(session) - 1}
-    with projectors_running(topics, servers.redis_url):
-        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+    session = _projected_script(topics, redis_client, servers.redis_url, "sess-tampered")
     key = f"dsh:{{{session.id}}}:surface:messages"
     node = session.surface.nodes[-1]
     record = json.loads(redis_client.hget(key, str(node)) or b"{}")
@@ -141,11 +150,7 @@ def test_verify_reports_a_difference_with_a_nonzero_exit(
 def test_verify_compares_every_audit_record_and_index_with_the_log(
     topics: KafkaSettings, redis_client: redis.Redis, servers
 ) -> None:
-    session = scripted_session("sess-audit-tampered").session
-    publish(topics, events_of(session))
-    last = {session.id: len(session) - 1}
-    with projectors_running(topics, servers.redis_url):
-        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+    session = _projected_script(topics, redis_client, servers.redis_url, "sess-audit-tampered")
     reader = Reader(redis_client, Keys())
     log = read_session(topics, session.id)
     assert verify(session.id, log, reader, INTERPRETERS).ok
