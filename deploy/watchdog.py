@@ -80,7 +80,10 @@ class CallWatchdog:
     def close(self) -> None:
         self._closed.set()
         if self._thread is not None:
-            self._thread.join(self._check_every_s * 2)
+            # The thread wakes at once; the bound only matters if a custom verdict is still
+            # running. Not a multiple of check_every_s: a busy machine can take longer than a
+            # short interval to schedule it, and close() should mean the thread is gone.
+            self._thread.join(max(self._check_every_s * 2, 1.0))
 
     def _check(self) -> None:
         while not self._closed.wait(self._check_every_s):

@@ -61,12 +61,23 @@ def test_a_call_past_its_timeout_and_grace_is_judged_once_with_its_name() -> Non
 
 def test_grace_zero_turns_it_off() -> None:
     verdicts: list[str] = []
+    threads_before = set(threading.enumerate())
     watchdog = CallWatchdog(0.0, lambda call, *_: verdicts.append(call), check_every_s=0.01)
+    started = set(threading.enumerate()) - threads_before
     with watchdog.watch("flush", 0.0):
         time.sleep(0.1)
     watchdog.close()
     assert verdicts == []
-    assert not any(t.name == "dsh-watchdog" for t in threading.enumerate())
+    # Its own threads only: another test's watchdog may still be winding down.
+    assert not any(t.name == "dsh-watchdog" for t in started)
+
+
+def test_close_ends_the_checking_thread() -> None:
+    threads_before = set(threading.enumerate())
+    watchdog, _, _ = _recording()
+    [thread] = set(threading.enumerate()) - threads_before
+    watchdog.close()
+    assert not thread.is_alive()
 
 
 _STUCK_PROGRAM = """
