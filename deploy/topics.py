@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -50,7 +52,10 @@ def ensure_topics(
     """Create the missing topics; refuse existing ones whose partition count differs.
 
     ``replication_factor=-1`` takes the broker's ``default.replication.factor``.
-    Returns the names of the topics created.
+    Returns the names of the topics created, once the cluster's metadata shows each of them
+    with a leader for every partition: the controller acknowledges a creation before the
+    brokers have applied it, and a service started right after (``dsh up --services``) would
+    otherwise find its topic missing.
     """
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
@@ -87,7 +92,30 @@ def ensure_topics(
                 ) from exc
         else:
             created.append(name)
+    _wait_until_led(admin, [t.topic for t in missing], partitions, timeout_s)
     return created
+
+
+def _wait_until_led(admin: Any, names: list[str], partitions: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        waiting = [name for name in names if not _all_led(topics.get(name), partitions)]
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise TopicError(
+                f"topics {', '.join(waiting)} were created but the cluster did not show a leader "
+                f"for each of their {partitions} partitions within {timeout_s:g} s",
+                code="NOT_LED",
+            )
+        time.sleep(0.1)
+
+
+def _all_led(topic: Any, partitions: int) -> bool:
+    if topic is None or topic.error is not None or len(topic.partitions) != partitions:
+        return False
+    return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
 
 
 def murmur2(data: bytes) -> int:

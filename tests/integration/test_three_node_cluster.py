@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # the stubs do not re-export it
+from confluent_kafka.admin._metadata import ClusterMetadata  # the stubs do not re-export it
 
 from deploy.local.processes import free_port_block, free_ports
 from deploy.local.settings import LocalStackSettings
 from deploy.local.stack import LocalStack
+
+
+def _metadata_showing(admin: AdminClient, topic: str) -> ClusterMetadata:
+    # up() returns once its own client sees the topics led; this client may ask another node,
+    # which applies the controller's metadata log a moment later.
+    deadline = time.monotonic() + 10
+    while True:
+        metadata = admin.list_topics(timeout=10)
+        if topic in metadata.topics or time.monotonic() > deadline:
+            return metadata
+        time.sleep(0.1)
 
 
 def test_three_nodes_replicate_every_topic(tmp_path: Path) -> None:
@@ -28,7 +41,7 @@ def test_three_nodes_replicate_every_topic(tmp_path: Path) -> None:
         statuses = stack.up()
         assert [s.name for s in statuses if s.healthy] == ["kafka-1", "kafka-2", "kafka-3", "redis"]
         admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers()})
-        metadata = admin.list_topics(timeout=10)
+        metadata = _metadata_showing(admin, "dsh.session.events")
         assert len(metadata.brokers) == 3
         for partition in metadata.topics["dsh.session.events"].partitions.values():
             assert sorted(partition.replicas) == [1, 2, 3]

@@ -1,0 +1,55 @@
+"""ensure_topics returns only once created topics are led: the wait, against scripted metadata."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin._metadata import (  # the stubs do not re-export them
+    ClusterMetadata,
+    PartitionMetadata,
+    TopicMetadata,
+)
+
+from deploy.topics import TopicError, _wait_until_led
+
+
+def _topic(name: str, leaders: list[int]) -> TopicMetadata:
+    topic = TopicMetadata()
+    topic.topic = name
+    for number, leader in enumerate(leaders):
+        partition = PartitionMetadata()
+        partition.id = number
+        partition.leader = leader
+        topic.partitions[number] = partition
+    return topic
+
+
+class _ScriptedAdmin:
+    """Answers list_topics with one cluster view after another, then keeps the last."""
+
+    def __init__(self, *views: dict[str, TopicMetadata]) -> None:
+        self.views = list(views)
+        self.calls = 0
+
+    def list_topics(self, timeout: float) -> ClusterMetadata:
+        metadata = ClusterMetadata()
+        metadata.topics = self.views[min(self.calls, len(self.views) - 1)]
+        self.calls += 1
+        return metadata
+
+
+def test_waits_through_a_missing_topic_and_a_leaderless_partition() -> None:
+    admin = _ScriptedAdmin(
+        {},
+        {"events": _topic("events", [1, -1])},
+        {"events": _topic("events", [1, 2])},
+    )
+    _wait_until_led(admin, ["events"], partitions=2, timeout_s=5)
+    assert admin.calls == 3
+
+
+def test_a_topic_never_led_is_a_typed_error_naming_it() -> None:
+    admin = _ScriptedAdmin({"events": _topic("events", [-1])})
+    with pytest.raises(TopicError) as raised:
+        _wait_until_led(admin, ["events"], partitions=1, timeout_s=0.3)
+    assert raised.value.code == "NOT_LED"
+    assert "events" in str(raised.value)
