@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from deploy.config import ConfigError, KafkaSettings
 from dsh.errors import SessionError, register_error
@@ -99,7 +99,10 @@ def ensure_topics(
 def _wait_until_led(admin: Any, names: list[str], partitions: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        topics = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        try:
+            topics = admin.list_topics(timeout=max(0.5, deadline - time.monotonic())).topics
+        except KafkaException:
+            topics = {}  # no answer in time: the deadline below decides
         waiting = [name for name in names if not _all_led(topics.get(name), partitions)]
         if not waiting:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin._metadata import (  # the stubs do not re-export them
     ClusterMetadata,
     PartitionMetadata,
@@ -24,27 +25,32 @@ def _topic(name: str, leaders: list[int]) -> TopicMetadata:
 
 
 class _ScriptedAdmin:
-    """Answers list_topics with one cluster view after another, then keeps the last."""
+    """Answers list_topics with one cluster view after another, then keeps the last; None
+    stands for a call that timed out."""
 
-    def __init__(self, *views: dict[str, TopicMetadata]) -> None:
+    def __init__(self, *views: dict[str, TopicMetadata] | None) -> None:
         self.views = list(views)
         self.calls = 0
 
     def list_topics(self, timeout: float) -> ClusterMetadata:
-        metadata = ClusterMetadata()
-        metadata.topics = self.views[min(self.calls, len(self.views) - 1)]
+        view = self.views[min(self.calls, len(self.views) - 1)]
         self.calls += 1
+        if view is None:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        metadata = ClusterMetadata()
+        metadata.topics = view
         return metadata
 
 
-def test_waits_through_a_missing_topic_and_a_leaderless_partition() -> None:
+def test_waits_through_a_missing_topic_a_leaderless_partition_and_a_timeout() -> None:
     admin = _ScriptedAdmin(
         {},
         {"events": _topic("events", [1, -1])},
+        None,
         {"events": _topic("events", [1, 2])},
     )
     _wait_until_led(admin, ["events"], partitions=2, timeout_s=5)
-    assert admin.calls == 3
+    assert admin.calls == 4
 
 
 def test_a_topic_never_led_is_a_typed_error_naming_it() -> None:
