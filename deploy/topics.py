@@ -70,11 +70,7 @@ def ensure_topics(
         if name in existing:
             count = len(existing[name].partitions)
             if count != partitions:
-                raise TopicError(
-                    f"topic {name} has {count} partitions, expected {partitions}; commands and "
-                    "events must be partition-aligned",
-                    code="PARTITION_MISMATCH",
-                )
+                raise _misaligned(name, count, partitions)
             continue
         missing.append(NewTopic(name, partitions, replication_factor, config=dict(spec.config)))
     if not missing:
@@ -103,6 +99,14 @@ def _wait_until_led(admin: Any, names: list[str], partitions: int, timeout_s: fl
             topics = admin.list_topics(timeout=max(0.5, deadline - time.monotonic())).topics
         except KafkaException:
             topics = {}  # no answer in time: the deadline below decides
+        for name in names:
+            # A topic someone else created between our listing and our request (our request
+            # then got TOPIC_ALREADY_EXISTS) may have any count; it would never be led as ours.
+            # KRaft applies a topic and its partitions in one batch, so a count seen is whole.
+            shown = topics.get(name)
+            count = len(shown.partitions) if shown is not None and shown.error is None else 0
+            if count and count != partitions:
+                raise _misaligned(name, count, partitions)
         waiting = [name for name in names if not _all_led(topics.get(name), partitions)]
         if not waiting:
             return
@@ -113,6 +117,14 @@ def _wait_until_led(admin: Any, names: list[str], partitions: int, timeout_s: fl
                 code="NOT_LED",
             )
         time.sleep(0.1)
+
+
+def _misaligned(name: str, count: int, partitions: int) -> TopicError:
+    return TopicError(
+        f"topic {name} has {count} partitions, expected {partitions}; commands and "
+        "events must be partition-aligned",
+        code="PARTITION_MISMATCH",
+    )
 
 
 def _all_led(topic: Any, partitions: int) -> bool:

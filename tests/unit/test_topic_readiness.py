@@ -59,3 +59,14 @@ def test_a_topic_never_led_is_a_typed_error_naming_it() -> None:
         _wait_until_led(admin, ["events"], partitions=1, timeout_s=0.3)
     assert raised.value.code == "NOT_LED"
     assert "events" in str(raised.value)
+
+
+def test_a_topic_created_elsewhere_with_another_count_is_a_mismatch_not_a_wait() -> None:
+    """The listing missed a topic another process had just created, so our creation got
+    TOPIC_ALREADY_EXISTS; its partition count is only seen while waiting (CI at 5acf73e)."""
+    admin = _ScriptedAdmin({}, {"events": _topic("events", [1, 1, 1])})
+    with pytest.raises(TopicError) as raised:
+        _wait_until_led(admin, ["events"], partitions=2, timeout_s=5)
+    assert raised.value.code == "PARTITION_MISMATCH"
+    assert "events has 3 partitions, expected 2" in str(raised.value)
+    assert admin.calls == 2
