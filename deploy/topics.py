@@ -99,15 +99,7 @@ def _wait_until_led(admin: Any, names: list[str], partitions: int, timeout_s: fl
             topics = admin.list_topics(timeout=max(0.5, deadline - time.monotonic())).topics
         except KafkaException:
             topics = {}  # no answer in time: the deadline below decides
-        for name in names:
-            # A topic someone else created between our listing and our request (our request
-            # then got TOPIC_ALREADY_EXISTS) may have any count; it would never be led as ours.
-            # KRaft applies a topic and its partitions in one batch, so a count seen is whole.
-            shown = topics.get(name)
-            count = len(shown.partitions) if shown is not None and shown.error is None else 0
-            if count and count != partitions:
-                raise _misaligned(name, count, partitions)
-        waiting = [name for name in names if not _all_led(topics.get(name), partitions)]
+        waiting = [name for name in names if not _led(name, topics.get(name), partitions)]
         if not waiting:
             return
         if time.monotonic() >= deadline:
@@ -127,9 +119,17 @@ def _misaligned(name: str, count: int, partitions: int) -> TopicError:
     )
 
 
-def _all_led(topic: Any, partitions: int) -> bool:
-    if topic is None or topic.error is not None or len(topic.partitions) != partitions:
+def _led(name: str, topic: Any, partitions: int) -> bool:
+    """Whether the metadata shows ``topic`` with a leader on each of its partitions.
+
+    A topic someone else created between our listing and our request (ours then got
+    TOPIC_ALREADY_EXISTS) may have any count, and would never be led as ours: it is refused.
+    KRaft applies a topic and its partitions in one batch, so a count seen is the whole count.
+    """
+    if topic is None or topic.error is not None or not topic.partitions:
         return False
+    if len(topic.partitions) != partitions:
+        raise _misaligned(name, len(topic.partitions), partitions)
     return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
 
 
