@@ -33,14 +33,15 @@ from pydantic import SecretStr
 
 import dsh
 from bench.stalls import ClientGcPauses, PressureSampler, describe, slowest_second
-from deploy.config import KafkaSettings, RedisSettings, configure_codec
-from deploy.topics import PRODUCER_PARTITIONER, ensure_topics
+from cli.wiring import build_runtime
 from projectors.records import decode, encode
 from projectors.replay import replay
 from projectors.runtime import Runtime
-from projectors.service import build_runtime
 from projectors.settings import ProjectorSettings
 from schemas import native
+from servicekit.partitioning import PRODUCER_PARTITIONER
+from servicekit.settings import KafkaSettings, RedisSettings, configure_codec
+from servicekit.topics import ensure_topics
 
 PROJECTIONS = ("surface", "transcript", "audit")
 E2E_SLOW_MS = 100.0  # issue 6's p99 target from append to visible surface
@@ -257,7 +258,7 @@ def latency(kafka: KafkaSettings, redis_url: str, rate: int, seconds: float) -> 
         DSH_PROJECTOR_POLL_TIMEOUT_S="0.05",
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "project", "surface"],
+        [sys.executable, "-m", "cli", "project", "surface"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -398,7 +399,7 @@ def end_to_end(
         DSH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
     )
     writer = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "writer"],
+        [sys.executable, "-m", "cli", "writer"],
         env={
             **base,
             "DSH_WRITER_GROUP_ID": f"bench-w-{run}",
@@ -409,7 +410,7 @@ def end_to_end(
         stderr=subprocess.DEVNULL,
     )
     projector = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "project", "surface"],
+        [sys.executable, "-m", "cli", "project", "surface"],
         env={
             **base,
             "DSH_REDIS_URL": redis_url,

@@ -25,11 +25,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bench.writer_bench import bench_parser, message, percentile, start_writer
-from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
-from deploy.topics import ensure_topics, partition_for
 from producers import SessionClient, draft
-from producers.restore import reader_consumer, restore_partition
+from producers.restore import restore_partition
+from servicekit import kafka_clients
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
+from servicekit.topics import ensure_topics
 
 PARTITION = 0
 
@@ -137,16 +139,16 @@ def main() -> int:
         assert len(state.sessions) == len(sessions), len(state.sessions)
 
     def restore_fresh() -> None:
-        reader = reader_consumer(kafka, topics=topics)
-        probe = reader_consumer(kafka, "read_uncommitted", topics=topics)
+        reader = kafka_clients.reader(kafka, topics=topics)
+        probe = kafka_clients.reader(kafka, "read_uncommitted", topics=topics)
         try:
             restore(reader, probe)
         finally:
             reader.close()
             probe.close()
 
-    warm_reader = reader_consumer(kafka, topics=topics)
-    warm_probe = reader_consumer(kafka, "read_uncommitted", topics=topics)
+    warm_reader = kafka_clients.reader(kafka, topics=topics)
+    warm_probe = kafka_clients.reader(kafka, "read_uncommitted", topics=topics)
     warm_raw = Consumer(
         {
             **kafka.client_config(),

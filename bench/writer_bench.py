@@ -6,7 +6,7 @@ writer alone: how fast it works through a backlog of commands published before i
 
 Run against a broker you started (`dsh up`):
     .venv/bin/python -m bench.writer_bench --bootstrap 127.0.0.1:19092 [--seconds 10]
-The writer runs as its own process (`python -m dsh.cli writer`), as in production; topics are
+The writer runs as its own process (`python -m cli writer`), as in production; topics are
 created under a fresh prefix so runs never see each other's records. A brand-new partition's
 first writes are slow at the broker (hundreds of ms in a fresh topic's first second, measured
 2 Dec 2026), so the round trip is counted after ``--warmup`` seconds at the same rate; the
@@ -34,12 +34,13 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.stalls import ClientGcPauses, PressureSampler, describe, slowest_second
-from deploy.config import KafkaSettings, configure_codec
 from deploy.local.processes import free_ports
-from deploy.topics import PRODUCER_PARTITIONER, ensure_topics, partition_for
 from producers import SessionClient, draft
 from producers.client import command_headers
 from schemas import AppendCommand, encode_command, encode_event
+from servicekit.partitioning import PRODUCER_PARTITIONER, partition_for
+from servicekit.settings import KafkaSettings, configure_codec
+from servicekit.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW_MS = 50.0  # issue 5's p99 target for the round trip at 500/s
@@ -145,7 +146,7 @@ def start_writer(
         env[key] = value
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "dsh.cli", "writer"],
+            [sys.executable, "-m", "cli", "writer"],
             cwd=REPO,
             env=env,
             stdout=out,

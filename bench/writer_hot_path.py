@@ -15,13 +15,13 @@ import time
 from typing import Any
 
 from bench.writer_bench import message
-from deploy.config import KafkaSettings
-from deploy.topics import partition_for
 from producers import draft
 from producers.settings import WriterSettings
 from producers.state import PartitionState
 from producers.writer import Writer, _Transaction
 from schemas import AppendCommand, encode_command
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
 
 PARTITIONS = 8
 BATCH = 100  # commands per transaction

@@ -1,4 +1,5 @@
-"""The single-writer service and ``SessionClient`` (exactly-once appends over Kafka)."""
+"""``SessionClient`` (exactly-once appends over Kafka) and, in ``producers.writer``, the
+single-writer service it talks to."""
 
 from producers.client import SessionClient
 from producers.errors import (
@@ -10,7 +11,6 @@ from producers.errors import (
     WriterUnavailableError,
     WrongPartitionError,
 )
-from producers.service import serve_writer
 from schemas import draft
 
 __all__ = [
@@ -23,5 +23,4 @@ __all__ = [
     "WriterUnavailableError",
     "WrongPartitionError",
     "draft",
-    "serve_writer",
 ]

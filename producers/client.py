@@ -21,40 +21,32 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from pydantic import SecretStr
 
 import dsh
-from deploy.config import ConfigError, KafkaSettings
-from deploy.kafka_errors import KafkaAuthenticationError, KafkaTlsError
-from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for
 from dsh.errors import SessionError
-from producers import metrics
+from dsh.projections import Interpreter
+from producers import client_metrics as metrics
 from producers.errors import AppendTimeoutError, PayloadTooLargeError, WriterUnavailableError
-from producers.restore import (
-    REQUEST_HEADER,
-    header,
-    high_watermark,
-    read_session,
-    reader_consumer,
-)
+from producers.session_reader import read_session
 from producers.tenancy import tenant_headers
-from producers.writer import partition_counts
 from schemas import (
     APPEND_COMMAND,
+    HEADER_REQUEST,
     AppendCommand,
     decode_reply,
     draft,
     encode_command,
+    header,
     record_headers,
 )
+from servicekit import kafka_clients
+from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
+from servicekit.partition_reader import high_watermark
+from servicekit.partitioning import partition_for
+from servicekit.settings import ConfigError, KafkaSettings
+from servicekit.topics import partition_counts
 
 log = logging.getLogger("dsh.client")
 
@@ -64,13 +56,15 @@ log = logging.getLogger("dsh.client")
 MAX_RECORD_BYTES = 990_000
 # Longer than any append should wait before it is even sent.
 MAX_LINGER_MS = 1000.0
+# Topics created a moment ago may not be in every broker's metadata yet.
+_TOPICS_APPEAR_S = 5.0
 
 Draft = Mapping[str, Any]
 
 
 def command_headers(request_id: str) -> list[tuple[str, str | bytes | None]]:
     """The headers of an append command's record (a tenant's credential comes on top)."""
-    return [*record_headers(APPEND_COMMAND), (REQUEST_HEADER, request_id.encode())]
+    return [*record_headers(APPEND_COMMAND), (HEADER_REQUEST, request_id.encode())]
 
 
 @dataclass
@@ -93,8 +87,12 @@ class SessionClient:
         tenant: str | None = None,
         tenant_key: SecretStr | None = None,
         linger_ms: float = 1.0,
+        interpreters: Mapping[str, Interpreter] | None = None,
     ) -> None:
         """``tenant``/``tenant_key``: the credential a writer with tenant prefixes checks.
+
+        ``interpreters``: the message-projection interpreters :meth:`read` restores sessions
+        with (a session that logged a projection event restores only with its interpreter).
 
         ``linger_ms``: how long a command may wait in the client so that commands sent close
         together reach the broker in one request. Each request costs the broker CPU; a
@@ -120,10 +118,13 @@ class SessionClient:
         self.settings = settings
         self.client_id = client_id or f"client-{uuid.uuid4().hex}"
         self.timeout = timeout
+        self.interpreters = dict(interpreters or {})
         self._commands = settings.topic("commands")
         self._events = settings.topic("events")
         replies = settings.topic("replies")
-        counts = partition_counts(settings, [self._commands, self._events, replies])
+        counts = partition_counts(
+            settings, [self._commands, self._events, replies], appear_s=_TOPICS_APPEAR_S
+        )
         self._event_partitions = counts[self._events]
         self._key = self.client_id.encode()
         # Request ids only need to be unique per session: a random prefix per client and a
@@ -134,28 +135,18 @@ class SessionClient:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._refused: KafkaAuthenticationError | KafkaTlsError | None = None
-        self._producer = Producer(
-            {
-                **settings.client_config(),
-                **PRODUCER_PARTITIONER,
+        self._producer = kafka_clients.producer(
+            settings,
+            **{
                 "enable.idempotence": True,  # keeps per-session order across retries
                 "linger.ms": linger_ms,
                 # Success is learnt from the writer's reply; a report per record would only
                 # cost a Python callback each.
                 "delivery.report.only.error": True,
                 "on_delivery": self._undelivered,
-            }
+            },
         )
-        self._replies = Consumer(
-            {
-                **settings.client_config(),
-                "group.id": "dsh-client-unused",  # assign() only: never joins a group
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                **TAIL_FETCH_WAIT,
-            }
-        )
+        self._replies = kafka_clients.tail_reader(settings)
         tp = TopicPartition(replies, partition_for(self.client_id, counts[replies]))
         try:
             # Start at the current end: every reply for this (new) client id comes later.
@@ -330,7 +321,7 @@ class SessionClient:
         """Delivery reports come for failures only (``delivery.report.only.error``)."""
         if err is None:
             return
-        request_id = header(msg, REQUEST_HEADER) or ""
+        request_id = header(msg.headers(), HEADER_REQUEST) or ""
         with self._lock:
             pending = self._pending.pop(request_id, None)
         if pending is not None:
@@ -413,19 +404,22 @@ class SessionClient:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self, session_id: str, timeout: float | None = None) -> dsh.Session:
-        """The session restored from the events topic, as committed now."""
-        reader = reader_consumer(self.settings, topics=(self._events,))
-        try:
-            return read_session(
-                reader,
-                self._events,
-                partition_for(session_id, self._event_partitions),
-                session_id,
-                timeout or self.timeout,
-            )
-        finally:
-            reader.close()
+    def read(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        interpreters: Mapping[str, Interpreter] | None = None,
+    ) -> dsh.Session:
+        """The session restored from the events topic, as committed now, with ``interpreters``
+        (default: the client's)."""
+        return read_session(
+            self.settings,
+            self._events,
+            partition_for(session_id, self._event_partitions),
+            session_id,
+            timeout or self.timeout,
+            self.interpreters if interpreters is None else interpreters,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import dsh
-from deploy.config import KafkaSettings
 from dsh.errors import FormatError, RestoreError, SessionError, ValidationError, register_error
 from dsh.formats import SessionHeader, read_jsonl
 from dsh.projections import Interpreter
 from dsh.restore import restore
+from servicekit.settings import KafkaSettings
+from servicekit.topics import partition_counts
 
 Progress = Callable[[int, int], None]
 
@@ -57,13 +58,6 @@ class ImportFileError(SessionImportError):
     """``FILE_NOT_FOUND`` or ``FILE_UNREADABLE``."""
 
     default_code = "FILE_NOT_FOUND"
-
-
-@register_error
-class ImportKafkaError(SessionImportError):
-    """``BROKER_UNREACHABLE`` or ``TOPIC_MISSING``: nothing was published."""
-
-    default_code = "BROKER_UNREACHABLE"
 
 
 @register_error
@@ -163,31 +157,6 @@ def validate_locally(
             index=exc.index,
             code=exc.code,
         ) from exc
-
-
-def check_kafka(kafka: KafkaSettings, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
-    """Partition counts of ``topics``, or a typed error naming the fix. The client's own probe
-    waits 30 s; this one fails in ``timeout_s`` with an operator's message."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({**kafka.client_config(), "socket.connection.setup.timeout.ms": 10_000})
-    try:
-        found = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise ImportKafkaError(
-            f"Kafka at {kafka.bootstrap_servers} did not answer in {timeout_s:g}s ({exc}); "
-            "is Kafka running? try `dsh up` (or set DSH_KAFKA_BOOTSTRAP_SERVERS)",
-            code="BROKER_UNREACHABLE",
-        ) from None
-    missing = [t for t in topics if t not in found]
-    if missing:
-        raise ImportKafkaError(
-            f"topic(s) {', '.join(missing)} missing on {kafka.bootstrap_servers}; `dsh up` "
-            "creates them locally (check DSH_KAFKA_TOPIC_PREFIX)",
-            code="TOPIC_MISSING",
-        )
-    return {t: len(found[t].partitions) for t in topics}
 
 
 def _wire(event: dsh.Event) -> dict[str, Any]:
@@ -380,8 +349,10 @@ def import_file(
     header, events, file_hash = read_session_file(path)
     target = session_id or header.id
     validate_locally(target, events, str(path), projections)
-    check_kafka(kafka, [kafka.topic(n) for n in ("commands", "events", "replies")], connect_timeout)
-    with SessionClient(settings=kafka, timeout=timeout) as client:
+    # Fails in ``connect_timeout`` naming the fix; the client's own check waits longer.
+    topics = [kafka.topic(n) for n in ("commands", "events", "replies")]
+    partition_counts(kafka, topics, connect_timeout, quiet=True)
+    with SessionClient(settings=kafka, timeout=timeout, interpreters=projections) as client:
         present, published = import_events(
             client, target, events, file_hash=file_hash, origin=str(path), progress=progress
         )

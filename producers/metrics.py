@@ -1,4 +1,4 @@
-"""Prometheus metrics of the writer and the client (one set per process, labelled)."""
+"""Prometheus metrics of the writer (the client has its own: ``producers.client_metrics``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+from servicekit.metrics import LATENCY_BUCKETS as _LATENCY_BUCKETS
 
 APPENDS = Counter(
     "dsh_writer_appends_total",
@@ -108,15 +108,3 @@ SNAPSHOTS = Counter(
     "dsh_writer_snapshots_total", "Session snapshots written, or skipped as too large.", ["result"]
 )
 DLQ = Counter("dsh_writer_dlq_total", "Command records sent to the DLQ (undecodable).")
-
-CLIENT_ROUND_TRIP = Histogram(
-    "dsh_client_append_seconds",
-    "SessionClient: from handing a command to Kafka to receiving its reply.",
-    ["result"],
-    buckets=_LATENCY_BUCKETS,
-)
-
-
-@functools.lru_cache(maxsize=8)
-def round_trip(result: str) -> Any:
-    return CLIENT_ROUND_TRIP.labels(result)

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from deploy.config import StrictSettings
+from servicekit.settings import StrictSettings
 
 KIB = 1024
 
@@ -64,7 +64,7 @@ class WriterSettings(StrictSettings):
     # ahead of its own instead of a whole transaction. False: one producer, one at a time.
     overlap_commits: bool = True
     # Young-generation threshold of the cycle collector while serving (Python's default is
-    # 700; 0 keeps it): see deploy/gc_tuning.py.
+    # 700; 0 keeps it): see servicekit/gc_tuning.py.
     gc_threshold: Annotated[int, Field(ge=0)] = 50_000
     # After each young collection, move what survived it to the permanent generation
     # (gc.freeze), so no older collection ever walks the sessions' state, a stop of about a
@@ -73,7 +73,7 @@ class WriterSettings(StrictSettings):
     # A call into librdkafka still running this long past its own timeout ends the process
     # (exit code 70) for its supervisor to start afresh: librdkafka does not always keep the
     # timeouts of its transactional calls, and a writer blocked in one serves nothing and
-    # holds its partitions (deploy/watchdog.py). 0: wait for ever.
+    # holds its partitions (servicekit/watchdog.py). 0: wait for ever.
     stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
     metrics_port: Annotated[int, Field(ge=0)] = 9464  # 0: no /metrics server
     # Message-projection interpreters, "event/type=package.module:function,…" (the same spec

@@ -21,12 +21,12 @@ import json
 import logging
 from collections.abc import Sequence
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from deploy.config import KafkaSettings
-from deploy.topics import partition_ids
 from producers import metrics
+from servicekit import kafka_clients
+from servicekit.kafka_clients import partition_ids
+from servicekit.settings import KafkaSettings
 
 log = logging.getLogger("dsh.writer")
 
@@ -73,7 +73,7 @@ def last_committers(peek: Consumer, partitions: Sequence[TopicPartition]) -> set
 
 def live_members(kafka: KafkaSettings, group_id: str) -> set[str]:
     """Client ids of the group's current members (a writer's client id is its writer id)."""
-    admin = AdminClient(kafka.client_config())
+    admin = kafka_clients.admin(kafka)
     description = admin.describe_consumer_groups([group_id], request_timeout=10)[group_id]
     return {m.client_id for m in description.result(timeout=15).members}
 
@@ -81,12 +81,9 @@ def live_members(kafka: KafkaSettings, group_id: str) -> set[str]:
 def fence(kafka: KafkaSettings, transactional_id: str, transaction_timeout_ms: int) -> None:
     """Initialise ``transactional_id`` once: the coordinator aborts its open transaction and
     bumps its epoch, so the producer that held it can publish nothing more."""
-    producer = Producer(
-        {
-            **kafka.client_config(),
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": transaction_timeout_ms,
-        }
+    producer = kafka_clients.producer(
+        kafka,
+        **{"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms},
     )
     try:
         producer.init_transactions(30.0)

@@ -21,8 +21,8 @@ import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from deploy.config import ConfigError
 from dsh.errors import ValidationError, register_error
+from servicekit.settings import ConfigError
 
 TENANT_HEADER = "dsh-tenant"
 MAC_HEADER = "dsh-tenant-mac"

@@ -36,12 +36,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from deploy.config import ConfigError, KafkaSettings
-from deploy.gc_tuning import built_frozen, observe_gc_pauses, young_gc_threshold
-from deploy.interpreters import parse_interpreters
-from deploy.kafka_errors import cluster_topics
-from deploy.topics import PRODUCER_PARTITIONER, TAIL_FETCH_WAIT, partition_for, partition_ids
-from deploy.watchdog import CallWatchdog
 from dsh.errors import SessionError
 from producers import metrics
 from producers.errors import (
@@ -50,14 +44,7 @@ from producers.errors import (
     WriterFencedError,
     WrongPartitionError,
 )
-from producers.restore import (
-    CHECKPOINT_KEY,
-    REQUEST_HEADER,
-    RestoreTimeoutError,
-    high_watermark,
-    reader_consumer,
-    restore_partition,
-)
+from producers.restore import CHECKPOINT_KEY, restore_partition
 from producers.settings import WriterSettings
 from producers.state import (
     Limits,
@@ -71,6 +58,7 @@ from producers.tenancy import Tenancy
 from producers.wire import committed_reply, event_wire
 from schemas import (
     APPEND_REPLY,
+    HEADER_REQUEST,
     WRITER_SNAPSHOT,
     AppendCommand,
     AppendReply,
@@ -82,6 +70,16 @@ from schemas import (
     record_headers,
 )
 from schemas.frames import DraftFrame, decode_command_frames, event_prefix, event_value
+from servicekit import kafka_clients
+from servicekit.dlq import dead_letter_headers, source_of
+from servicekit.gc_tuning import built_frozen, observe_gc_pauses, young_gc_threshold
+from servicekit.interpreters import parse_interpreters
+from servicekit.kafka_clients import Membership, partition_ids
+from servicekit.partition_reader import PartitionReadError, high_watermark
+from servicekit.partitioning import partition_for
+from servicekit.settings import ConfigError, KafkaSettings
+from servicekit.topics import Topics, partition_counts
+from servicekit.watchdog import CallWatchdog
 
 log = logging.getLogger("dsh.writer")
 
@@ -89,6 +87,7 @@ _KAFKA_TIMEOUT_S = 30.0
 # Shutdown waits this long at most for an abort: SIGTERM has a deadline of its own (k8s: 30 s).
 _CLOSE_TIMEOUT_S = 5.0
 _HANG_FAILPOINT = "hang-in-send-offsets-after"
+# Topics created a moment ago may not be in every broker's metadata yet.
 _TOPICS_APPEAR_S = 5.0
 # Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
 CHECKPOINT_BYTES_PER_BATCH = 1 << 20
@@ -148,35 +147,6 @@ class _Committing:
         return without_traceback(error)
 
 
-@dataclass(frozen=True)
-class Topics:
-    commands: str
-    events: str
-    replies: str
-    snapshots: str
-    dlq: str
-
-    @classmethod
-    def of(cls, kafka: KafkaSettings) -> Topics:
-        return cls(*(kafka.topic(n) for n in ("commands", "events", "replies", "snapshots", "dlq")))
-
-
-def partition_counts(kafka: KafkaSettings, topics: Sequence[str]) -> dict[str, int]:
-    """Also the start-up check: a refused login fails it at once (``KAFKA_AUTHENTICATION``).
-    Topics created a moment ago may not be in every broker's metadata yet (the controller
-    answers CreateTopics before the brokers have applied it): missing ones are asked for again
-    for a few seconds before that is an error."""
-    deadline = time.monotonic() + _TOPICS_APPEAR_S
-    while True:
-        found = cluster_topics(kafka, _KAFKA_TIMEOUT_S)
-        missing = [t for t in topics if t not in found]
-        if not missing:
-            return {t: len(found[t].partitions) for t in topics}
-        if time.monotonic() >= deadline:
-            raise ConfigError(f"topics missing: {', '.join(missing)} (run `dsh up`?)")
-        time.sleep(0.2)
-
-
 class Writer:
     def __init__(self, kafka: KafkaSettings, settings: WriterSettings) -> None:
         self.kafka = kafka
@@ -190,7 +160,7 @@ class Writer:
         self._stop = threading.Event()
         self._failpoint = settings.failpoint
         # Failpoint "hang-in-send-offsets-after:S": the first offsets sent S seconds after
-        # start never return, as librdkafka's sometimes do not (deploy/watchdog.py).
+        # start never return, as librdkafka's sometimes do not (servicekit/watchdog.py).
         kind, _, after = settings.failpoint.partition(":")
         self._hang_at = time.monotonic() + float(after) if kind == _HANG_FAILPOINT else None
         self._watchdog = CallWatchdog(settings.stuck_call_grace_s)
@@ -215,7 +185,7 @@ class Writer:
         self._stop_before_commit = False  # failpoint "stop-before-commit" hit in this batch
         self._partition_count = 0
         self._reply_partitions = 0
-        self._callback_error: Exception | None = None
+        self._membership: Membership | None = None
         self._replacements = 0  # new producers since the last committed transaction
         self._last_batch_at = 0.0  # monotonic time the last batch was taken
         # murmur2 in Python costs more than the rest of routing a command; ids repeat a lot.
@@ -228,10 +198,6 @@ class Writer:
 
     def stop(self) -> None:
         self._stop.set()
-
-    @property
-    def owned(self) -> list[int]:
-        return sorted(self.partitions)
 
     def run(self) -> None:
         observe_gc_pauses(metrics.GC_PAUSES)
@@ -258,7 +224,12 @@ class Writer:
 
     def _start(self) -> None:
         t = self.topics
-        counts = partition_counts(self.kafka, [t.commands, t.events, t.replies, t.snapshots])
+        counts = partition_counts(
+            self.kafka,
+            [t.commands, t.events, t.replies, t.snapshots],
+            _KAFKA_TIMEOUT_S,
+            appear_s=_TOPICS_APPEAR_S,
+        )
         if counts[t.commands] != counts[t.events] or counts[t.snapshots] != counts[t.events]:
             raise ConfigError(
                 f"commands, events and snapshots must have one partition count, got {counts}",
@@ -277,38 +248,19 @@ class Writer:
         if lanes > 1:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="dsh-commit")
         self._reader, self._probe = self._new_readers()
-        self._peek = Consumer(
-            {
-                **self.kafka.client_config(),
-                "group.id": s.group_id,
-                "isolation.level": "read_uncommitted",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-            }
+        self._peek = kafka_clients.offsets_peek(self.kafka, s.group_id)
+        self._consumer = kafka_clients.group_consumer(
+            self.kafka,
+            s.group_id,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            # The group's member list is how a new owner tells a live writer from a dead one
+            # (producers/takeover.py).
+            client_id=self.transactional_id,
+            max_poll_interval_ms=s.max_poll_interval_ms,
         )
-        self._consumer = Consumer(
-            {
-                **self.kafka.client_config(),
-                # The group's member list is how a new owner tells a live writer from a dead
-                # one (producers/takeover.py).
-                "client.id": self.transactional_id,
-                "group.id": s.group_id,
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": s.session_timeout_ms,
-                "heartbeat.interval.ms": min(s.heartbeat_interval_ms, s.session_timeout_ms // 3),
-                "max.poll.interval.ms": s.max_poll_interval_ms,
-                **TAIL_FETCH_WAIT,
-            }
-        )
-        self._consumer.subscribe(
-            [t.commands],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+        self._membership = Membership(
+            self._consumer, [t.commands], self, log, f"writer {self.transactional_id}"
         )
         log.info(
             "writer %s started: group %s, %d partitions",
@@ -322,10 +274,9 @@ class Writer:
 
     def _new_producer(self, lane: int) -> Producer:
         s = self.settings
-        return Producer(
-            {
-                **self.kafka.client_config(),
-                **PRODUCER_PARTITIONER,
+        return kafka_clients.producer(
+            self.kafka,
+            **{
                 "transactional.id": self._lane_id(lane),
                 "transaction.timeout.ms": s.transaction_timeout_ms,
                 # librdkafka's default backoff puts a ~100 ms floor under back-to-back
@@ -334,7 +285,7 @@ class Writer:
                 "retry.backoff.max.ms": 10,
                 "linger.ms": s.linger_ms,
                 "socket.timeout.ms": min(60_000, s.transaction_timeout_ms),
-            }
+            },
         )
 
     def _close(self) -> None:
@@ -395,7 +346,7 @@ class Writer:
             try:
                 with built_frozen(self.settings.gc_freeze):
                     return self._restore_once(partitions, restored)
-            except (KafkaException, RestoreTimeoutError) as exc:
+            except (KafkaException, PartitionReadError) as exc:
                 if self._stop.is_set() or time.monotonic() + backoff > deadline:
                     for p in restored:
                         self.partitions.pop(p, None)  # never assigned: nothing may serve them
@@ -423,8 +374,8 @@ class Writer:
         """The restore's reader (read_committed) and its watermark probe (read_uncommitted)."""
         topics = (self.topics.events, self.topics.snapshots)
         return (
-            reader_consumer(self.kafka, topics=topics),
-            reader_consumer(self.kafka, "read_uncommitted", topics=topics),
+            kafka_clients.reader(self.kafka, topics=topics),
+            kafka_clients.reader(self.kafka, "read_uncommitted", topics=topics),
         )
 
     def _restore_once(
@@ -508,19 +459,15 @@ class Writer:
                     partition_ids(partitions),
                 )
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if not partitions:
-            return
-        try:
-            consumer.incremental_assign(self._restore(partitions))
-        except Exception as exc:
-            # Raised out of a librdkafka callback an exception loses its type; keep it and
-            # fail the loop with it right after poll returns.
-            self._callback_error = exc
-            return
-        log.info("partitions assigned %s; owning %s", partition_ids(partitions), self.owned)
+    # servicekit.kafka_clients.Membership calls these from inside poll.
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def owned(self) -> list[int]:
+        return sorted(self.partitions)
+
+    def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return self._restore(partitions)
+
+    def revoke(self, partitions: list[TopicPartition]) -> None:
         # The transaction still committing may hold commands of these partitions: it ends
         # before they go, so their next owner finds its offsets settled and need not wait.
         failure = self._settle_quietly()
@@ -529,13 +476,6 @@ class Writer:
         for tp in partitions:
             self.partitions.pop(tp.partition, None)
         metrics.PARTITIONS_OWNED.set(len(self.partitions))
-        if partitions:
-            consumer.incremental_unassign(partitions)
-            log.info("partitions revoked %s; owning %s", partition_ids(partitions), self.owned)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost %s (membership expired)", partition_ids(partitions))
-        self._on_revoke(consumer, partitions)
 
     # -- batches --------------------------------------------------------------------------
 
@@ -544,8 +484,8 @@ class Writer:
         if self._committing is not None and self._committing.done.done():
             self._settle_or_recover()
         first = self._consumer.poll(self.settings.poll_timeout_ms / 1000)
-        if self._callback_error is not None:
-            raise self._callback_error
+        assert self._membership is not None
+        self._membership.raise_pending()
         if self._deferred is not None:
             (exc, failed), self._deferred = self._deferred, None
             self._committing, lane = failed, failed.lane  # _recover reads its failure again
@@ -1045,7 +985,7 @@ class Writer:
                 note = self._journal().extend
                 p = state.partition
                 request_id = command.request_id.encode()
-                rid = (REQUEST_HEADER, request_id)
+                rid = (HEADER_REQUEST, request_id)
                 for ev, v in zip(outcome.events, values, strict=True):
                     note((p, events, v, key, p, ev.type, request_id))
                     headers: _Headers = [*_event_headers(ev.type), rid]
@@ -1285,12 +1225,12 @@ class Writer:
             m.value(),
             m.key(),
             -1,  # the partitioner's choice, by key
-            [
-                ("dsh-error", type(exc).__name__.encode()),
-                ("dsh-error-code", exc.code.encode()),
-                ("dsh-error-message", exc.message.encode()),
-                ("dsh-source", f"{m.topic()}/{m.partition()}/{m.offset()}".encode()),
-            ],
+            dead_letter_headers(
+                "writer",
+                exc,
+                source_of(m.topic() or "", m.partition() or 0, m.offset() or 0),
+                m.headers(),
+            ),
         )
         metrics.DLQ.inc()
 
@@ -1330,7 +1270,7 @@ def _record_headers(kind: str | _Headers, request_id: bytes | None) -> _Headers:
     if kind == _SNAPSHOT:
         return [*_SNAPSHOT_HEADERS]
     base = _REPLY_HEADERS if kind == _REPLY else _event_headers(kind)
-    return [*base, (REQUEST_HEADER, request_id)]
+    return [*base, (HEADER_REQUEST, request_id)]
 
 
 # The transactional id's epoch moved past this producer: a newer producer with the same id

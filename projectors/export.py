@@ -22,7 +22,6 @@ the export (naming its partition and offset) instead of reaching the files.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import fcntl
 import io
@@ -37,15 +36,17 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from deploy.config import KafkaSettings
-from deploy.topics import fetched
 from dsh.errors import SessionError, register_error
 from dsh.formats.jsonl import fsync_directory, replace_atomically
 from schemas import SESSION_EVENT, EventRecord, decode_event, default_store
 from schemas.codec import HEADER_SIZE
 from schemas.records import default_codec
+from servicekit import kafka_clients
+from servicekit.partition_reader import PartitionReadError, read_partitions
+from servicekit.settings import KafkaSettings
+from servicekit.topics import partition_counts
 
 Progress = Callable[[int, int], None]
 
@@ -65,13 +66,6 @@ _DAY_MS = 86_400_000
 @register_error
 class ExportError(SessionError):
     default_code = "EXPORT"
-
-
-@register_error
-class ExportKafkaError(ExportError):
-    """``BROKER_UNREACHABLE``, ``TOPIC_MISSING`` or ``READ_STUCK``; nothing was committed."""
-
-    default_code = "BROKER_UNREACHABLE"
 
 
 @register_error
@@ -298,88 +292,18 @@ def read_export(directory: str | Path) -> Iterator[EventRecord]:
 # -- Kafka --------------------------------------------------------------------------------
 
 
-def _consumer(kafka: KafkaSettings) -> Consumer:
-    return Consumer(
-        {
-            **kafka.client_config(),
-            "group.id": "dsh-export-unused",  # assign() only: never joins, never commits
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 50,
-        }
-    )
-
-
-def _partitions(kafka: KafkaSettings, topic: str, timeout_s: float) -> int:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(kafka.client_config())
-    try:
-        found = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise ExportKafkaError(
-            f"Kafka at {kafka.bootstrap_servers} did not answer in {timeout_s:g}s ({exc}); "
-            "is Kafka running? try `dsh up` (or set DSH_KAFKA_BOOTSTRAP_SERVERS)",
-            code="BROKER_UNREACHABLE",
-        ) from None
-    if topic not in found:
-        raise ExportKafkaError(
-            f"topic {topic} missing on {kafka.bootstrap_servers}; `dsh up` creates it locally "
-            "(check DSH_KAFKA_TOPIC_PREFIX)",
-            code="TOPIC_MISSING",
-        )
-    return len(found[topic].partitions)
-
-
 def _read(
     consumer: Consumer, topic: str, ranges: dict[int, tuple[int, int]], timeout_s: float
 ) -> Iterator[tuple[int, int, bytes]]:
     """(partition, offset, value) of every committed record in ``ranges`` ([start, end) per
     partition), partitions interleaved, each in offset order."""
-    pending = {p: r for p, r in ranges.items() if r[0] < r[1]}
-    if not pending:
-        return
-    # Its metadata first: for an assigned topic it does not know, librdkafka asks only at its
-    # next periodic scan, a second later.
-    with contextlib.suppress(KafkaException):
-        consumer.list_topics(topic, timeout=timeout_s)
-    consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in pending.items()])
-    deadline = time.monotonic() + timeout_s
-    while pending:
-        moved = False
-        for m in fetched(consumer, 1000, 0.2):
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    # The end of what is readable now; past the run's end the partition is
-                    # done even if only markers or aborted records lay between.
-                    p = m.partition() or 0
-                    if p in pending and (m.offset() or 0) >= pending[p][1]:
-                        del pending[p]
-                        moved = True
-                    continue
-                raise ExportKafkaError(f"reading {topic}: {err.str()}", code="READ_FAILED")
-            p, offset = m.partition() or 0, m.offset() or 0
-            if p in pending and offset < pending[p][1]:
-                moved = True
-                yield p, offset, m.value() or b""
-        # Aborted records and transaction markers are never returned: the position says how
-        # far the partition really is.
-        for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
-            if tp.partition in pending and tp.offset >= pending[tp.partition][1]:
-                del pending[tp.partition]
-                moved = True
-        if moved:
-            deadline = time.monotonic() + timeout_s
-        elif time.monotonic() > deadline:
-            raise ExportKafkaError(
-                f"{topic}: no progress for {timeout_s:g}s on partitions "
-                f"{sorted(pending)} (a transaction left open, or the broker went away); "
-                "nothing was committed, re-run to retry",
-                code="READ_STUCK",
-            )
+    try:
+        for m in read_partitions(consumer, topic, dict(ranges), timeout_s):
+            yield m.partition() or 0, m.offset() or 0, m.value() or b""
+    except PartitionReadError as exc:
+        raise PartitionReadError(
+            f"{exc.message}; nothing of this run was committed, re-run to retry", code=exc.code
+        ) from None
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -439,8 +363,8 @@ def export(
             manifest.roll_forward(root)
         _remove_temporaries(root)
         result = ExportResult(str(root), topic)
-        count = _partitions(kafka, topic, connect_timeout)
-        consumer = _consumer(kafka)
+        count = partition_counts(kafka, [topic], connect_timeout, quiet=True)[topic]
+        consumer = kafka_clients.reader(kafka, topics=(topic,))
         try:
             _run(
                 root,

@@ -22,15 +22,17 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from deploy.config import KafkaSettings
-from deploy.gc_tuning import young_gc_threshold
-from deploy.topics import partition_for
 from projectors.errors import ProjectorError
 from projectors.records import Poison, Record
 from projectors.runtime import Runtime
-from projectors.topic_reader import partition_count, scan_partitions
+from projectors.topic_reader import scan_partitions
+from servicekit import kafka_clients
+from servicekit.gc_tuning import young_gc_threshold
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
+from servicekit.topics import partition_counts
 
 Progress = Callable[[int, int], None]
 
@@ -48,7 +50,7 @@ class ReplayResult:
 
 
 def _watermarks(kafka: KafkaSettings, topic: str, partitions: int) -> list[tuple[int, int]]:
-    consumer = Consumer({**kafka.client_config(), "group.id": "dsh-replay-size"})
+    consumer = kafka_clients.reader(kafka)
     try:
         return [
             consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -80,7 +82,7 @@ def _replay(
     progress: Progress | None,
 ) -> ReplayResult:
     topic = kafka.topic("events")
-    partitions = partition_count(kafka, topic)
+    partitions = partition_counts(kafka, [topic], 10.0)[topic]
     started = time.perf_counter()
     wanted = list(session_ids)
     sessions = records = applied = 0

@@ -32,14 +32,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from deploy.config import KafkaSettings
-from deploy.gc_tuning import observe_gc_pauses, young_gc_threshold
-from deploy.topics import TAIL_FETCH_WAIT, partition_ids
-from deploy.watchdog import CallWatchdog
 from dsh.errors import SessionError
 from projectors import metrics
 from projectors.batch_io import Pending, RedisClient, batch_io, pipelined
-from projectors.dlq import DeadLetters
 from projectors.errors import PoisonRecordError
 from projectors.fold import Image
 from projectors.link import raise_errors
@@ -50,6 +45,13 @@ from projectors.scripts import APPLY, BLOCK, load_all
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_sessions
 from schemas.records import event_headers
+from servicekit import kafka_clients
+from servicekit.dlq import DeadLetters, source_of
+from servicekit.gc_tuning import observe_gc_pauses, young_gc_threshold
+from servicekit.kafka_clients import Membership
+from servicekit.partition_reader import PartitionReadError
+from servicekit.settings import KafkaSettings
+from servicekit.watchdog import CallWatchdog
 
 S = TypeVar("S")
 log = logging.getLogger("projectors")
@@ -57,7 +59,7 @@ log = logging.getLogger("projectors")
 APPLIED, DUPLICATE, GAP, BLOCKED = 1, 0, -1, -2
 # A batch that meets one of these is applied again from the start, with the one before it:
 # nothing of either was committed, and applying again is harmless.
-_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, KafkaException)
+_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, KafkaException, PartitionReadError)
 # A synchronous offset commit has no timeout: it waits for the group coordinator. Past this
 # and the grace, the watchdog ends the process rather than let it wait for ever.
 _COMMIT_BOUND_S = 30.0
@@ -103,9 +105,10 @@ class Runtime(Generic[S]):
         self.instance = uuid.uuid4().hex[:12]
         self.cache: OrderedDict[str, Entry[S]] = OrderedDict()
         self.stats: Counter[str] = Counter()
-        self.dlq = DeadLetters(kafka, self.name)
+        self.dlq = DeadLetters(kafka, f"project-{self.name}")
         self.link = batch_io(client)  # one Redis, or batches split by slot over a cluster
         self._consumer: Consumer | None = None
+        self._membership: Membership | None = None
         self._inflight: Batch | None = None  # submitted to Redis, not settled yet
         self._published: Counter[str] = Counter()  # stats already counted in Prometheus
         self._next_check = 0.0
@@ -132,42 +135,25 @@ class Runtime(Generic[S]):
         observe_gc_pauses(metrics.GC_PAUSES)
         metrics.expose(self.name)
         self._watchdog = CallWatchdog(self.settings.stuck_call_grace_s)
-        config: dict[str, Any] = {
-            **self.kafka.client_config(),
-            "group.id": self.settings.group_id(self.name),
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "on_commit": self._on_commit,
-            **TAIL_FETCH_WAIT,
-            "session.timeout.ms": self.settings.session_timeout_ms,
-            # Cooperative: a member joining or leaving moves only the partitions that change
-            # hands; every other instance keeps applying through the rebalance instead of
-            # giving everything up and taking it back (the eager protocol's stop-the-world).
-            "partition.assignment.strategy": "cooperative-sticky",
-            # A heartbeat is how a member hears of a rebalance; each moved partition waits
-            # for it twice (revoked, then assigned).
-            "heartbeat.interval.ms": min(
-                self.settings.heartbeat_interval_ms, self.settings.session_timeout_ms // 3
+        group_id = self.settings.group_id(self.name)
+        consumer = kafka_clients.group_consumer(
+            self.kafka,
+            group_id,
+            session_timeout_ms=self.settings.session_timeout_ms,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            instance_id=(
+                f"{self.settings.instance_id}-{self.name}" if self.settings.instance_id else None
             ),
-        }
-        if self.settings.instance_id:
-            config["group.instance.id"] = f"{self.settings.instance_id}-{self.name}"
-        consumer = Consumer(config)
-        self._consumer = consumer
-        consumer.subscribe(
-            [self.topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_commit=self._on_commit,
         )
+        self._consumer = consumer
+        self._membership = Membership(consumer, [self.topic], self, log, f"projector {self.name}")
         self.marks.touch()
         log.info(
             "projector %s: subscribed to %s as group %s, waiting for partitions",
             self.name,
             self.topic,
-            config["group.id"],
+            group_id,
         )
         try:
             with young_gc_threshold(self.settings.gc_threshold):
@@ -182,7 +168,7 @@ class Runtime(Generic[S]):
                 self._finish_inflight(consumer, wait=True)
         finally:
             self._inflight = None
-            self._consumer = None
+            self._consumer = self._membership = None
             self.link.close()
             consumer.close()
             self.dlq.close()
@@ -193,9 +179,13 @@ class Runtime(Generic[S]):
     def _next_batch(self, consumer: Consumer, wait: bool) -> list[Message]:
         """Wait for one record, then take whatever else is already fetched: a quiet topic
         gets low latency, a busy one full batches."""
+        assert self._membership is not None
         if not wait:
-            return consumer.consume(self.settings.batch_size, 0)
+            batch = consumer.consume(self.settings.batch_size, 0)
+            self._membership.raise_pending()
+            return batch
         first = consumer.poll(self.settings.poll_timeout_s)
+        self._membership.raise_pending()
         if first is None:
             return []
         return [first, *consumer.consume(self.settings.batch_size - 1, 0)]
@@ -279,11 +269,14 @@ class Runtime(Generic[S]):
         metrics.COMMIT_FAILURES.labels(self.name).inc()
         log.warning("projector %s: offset commit failed: %s", self.name, cause)
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    # --- partitions coming and going (servicekit.kafka_clients.Membership calls these) ------
+
+    def owned(self) -> list[int]:
+        return sorted(self._owned)
+
+    def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         # Incremental: ``partitions`` are the ones added. What this instance already owns
         # keeps flowing, its batch in flight and its cached sessions included.
-        if not partitions:
-            return
         try:
             unmarked = self.marks.unmarked([tp.partition for tp in partitions])
             fresh = [tp for tp in partitions if tp.partition in unmarked]
@@ -299,35 +292,26 @@ class Runtime(Generic[S]):
                         extra={"partition": tp.partition},
                     )
                     tp.offset = OFFSET_BEGINNING
-                self._mark_initialized([tp.partition for tp in fresh])
+                self.marks.mark([tp.partition for tp in fresh])
         except redis.RedisError as exc:
             # Unknown: the sentinel check notices an empty Redis once it answers again.
             log.warning("projector %s: on assign: %s", self.name, exc)
-        # Explicitly: offsets set on the callback's list are ignored unless assigned here.
-        consumer.incremental_assign(partitions)
         self.stats["partitions_assigned"] += len(partitions)
         self._owned.update(tp.partition for tp in partitions)
         metrics.PARTITIONS.labels(self.name).set(len(self._owned))
-        log.info(
-            "projector %s: partitions assigned %s; owning %s",
-            self.name,
-            partition_ids(partitions),
-            sorted(self._owned),
-        )
+        # Explicitly: offsets set on the callback's list are ignored unless assigned so.
+        return partitions
 
-    def _mark_initialized(self, partitions: list[int]) -> None:
-        self.marks.mark(partitions)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if not partitions:
-            return
-        self._settle_before_rebalance(consumer)
+    def revoke(self, partitions: list[TopicPartition]) -> None:
+        # Lost (membership expired) too: the batch in flight is still applied (harmless, the
+        # apply is idempotent) but its offsets are refused; the next owner applies it again.
+        assert self._consumer is not None
+        self._settle_before_rebalance(self._consumer)
         # The next owner applies these partitions' sessions: what the cache believes of them
         # is stale from now on. The sessions of the partitions kept stay cached.
         gone = {tp.partition for tp in partitions}
         for sid in [sid for sid, e in self.cache.items() if e.partition in gone or e.partition < 0]:
             del self.cache[sid]
-        consumer.incremental_unassign(partitions)
         self.stats["partitions_revoked"] += len(partitions)
         for tp in partitions:
             self._owned.discard(tp.partition)
@@ -335,22 +319,6 @@ class Runtime(Generic[S]):
             with contextlib.suppress(KeyError):
                 metrics.LAG.remove(self.name, str(tp.partition))
         metrics.PARTITIONS.labels(self.name).set(len(self._owned))
-        log.info(
-            "projector %s: partitions revoked %s; owning %s",
-            self.name,
-            partition_ids(partitions),
-            sorted(self._owned),
-        )
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Membership expired: the batch in flight is still applied (harmless, the apply is
-        # idempotent) but its offsets are refused; the next owner applies it again.
-        log.warning(
-            "projector %s: partitions lost %s (membership expired)",
-            self.name,
-            partition_ids(partitions),
-        )
-        self._on_revoke(consumer, partitions)
 
     def _settle_before_rebalance(self, consumer: Consumer) -> None:
         """Finish and commit the batch in flight while its partitions are still ours. If that
@@ -408,7 +376,7 @@ class Runtime(Generic[S]):
                 tp.partition,
                 extra={"partition": tp.partition},
             )
-        self._mark_initialized([tp.partition for tp in assignment])
+        self.marks.mark([tp.partition for tp in assignment])
         metrics.REBUILDS.labels(self.name, "redis-lost").inc()
         return True
 
@@ -601,7 +569,7 @@ class Runtime(Generic[S]):
         record: Record | None = None,
     ) -> None:
         error = poison.error
-        source = f"{self.topic}[{poison.partition}]@{poison.offset}"
+        source = source_of(self.topic, poison.partition, poison.offset)
         value, headers = poison.value, poison.headers
         if value is None and record is not None:  # refused after decoding: send it re-encoded
             value = encode(record.session_id, record.event.to_json())
@@ -637,7 +605,7 @@ class Runtime(Generic[S]):
             "error": type(error).__name__,
             "message": error.message,
             "seq": seq,
-            "source": f"{self.topic}[{poison.partition}]@{poison.offset}",
+            "source": source_of(self.topic, poison.partition, poison.offset),
         }
         entry = self.cache.get(sid)
         if entry is not None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from deploy.config import StrictSettings
+from servicekit.settings import StrictSettings
 
 
 class ProjectorSettings(StrictSettings):
@@ -35,7 +35,7 @@ class ProjectorSettings(StrictSettings):
     # 0 disables the Prometheus endpoint.
     metrics_port: int = 0
     # An offset commit (it has no timeout of its own) still waiting this long past 30 s ends
-    # the process (exit code 70) for its supervisor to start afresh (deploy/watchdog.py).
+    # the process (exit code 70) for its supervisor to start afresh (servicekit/watchdog.py).
     # 0: wait for ever.
     stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
     # Sessions kept in memory between batches (their state is reloaded from Redis on a miss).

@@ -14,6 +14,7 @@ from schemas.errors import (
 )
 from schemas.records import (
     HEADER_FORMAT,
+    HEADER_REQUEST,
     HEADER_TYPE,
     AnsweredRequest,
     AppendCommand,
@@ -32,6 +33,7 @@ from schemas.records import (
     encode_reply,
     encode_snapshot,
     event_headers,
+    header,
     read_headers,
     record_headers,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "APPEND_COMMAND",
     "APPEND_REPLY",
     "HEADER_FORMAT",
+    "HEADER_REQUEST",
     "HEADER_TYPE",
     "SCHEMA_DIR",
     "SCHEMA_FILES",
@@ -83,6 +86,7 @@ __all__ = [
     "encode_reply",
     "encode_snapshot",
     "event_headers",
+    "header",
     "read_headers",
     "record_headers",
 ]

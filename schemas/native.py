@@ -15,7 +15,7 @@ same way (an ``IndexError`` past the end, an ``OverflowError`` for a length beyo
 both reported by the codec as a ``CorruptRecordError``).
 
 Whether the native readers are used is the process's choice (``configure``; the services
-take it from ``DSH_CODEC_NATIVE``, see ``deploy.config.CodecSettings``). By default they are,
+take it from ``DSH_CODEC_NATIVE``, see ``servicekit.settings.CodecSettings``). By default they are,
 when built.
 """
 

@@ -18,6 +18,8 @@ from schemas.store import APPEND_COMMAND, APPEND_REPLY, SESSION_EVENT, WRITER_SN
 
 HEADER_TYPE = "dsh-type"
 HEADER_FORMAT = "dsh-format"
+# The request id of an append command, on the command and on every event and reply it made.
+HEADER_REQUEST = "dsh-request-id"
 
 
 class _ToJson(Protocol):
@@ -357,3 +359,15 @@ def read_headers(headers: Iterable[tuple[str, bytes | str | None]] | None) -> Re
                 continue
     fmt = found.get(HEADER_FORMAT)
     return RecordHeaders(found.get(HEADER_TYPE), int(fmt) if fmt and fmt.isdigit() else None)
+
+
+def header(
+    headers: Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None,
+    name: str,
+) -> str | None:
+    """One header's value as text (the first of that name), or None."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for key, value in pairs:
+        if key == name and value is not None:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None

@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     import redis
 
-    from deploy.config import KafkaSettings
+    from servicekit.settings import KafkaSettings
 
 INTEGRATION_DIR = os.path.join(os.path.dirname(__file__), "integration")
 TEST_PARTITIONS = 4
@@ -86,7 +86,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
 @pytest.fixture
 def kafka_settings(servers: Servers) -> KafkaSettings:
     """Settings with a topic prefix of this test's own, so tests never see each other's records."""
-    from deploy.config import KafkaSettings
+    from servicekit.settings import KafkaSettings
 
     return KafkaSettings(
         bootstrap_servers=servers.bootstrap_servers,
@@ -97,7 +97,7 @@ def kafka_settings(servers: Servers) -> KafkaSettings:
 @pytest.fixture
 def topics(kafka_settings: KafkaSettings) -> KafkaSettings:
     """The contract's topics, created under this test's prefix."""
-    from deploy.topics import ensure_topics
+    from servicekit.topics import ensure_topics
 
     ensure_topics(kafka_settings, TEST_PARTITIONS)
     return kafka_settings

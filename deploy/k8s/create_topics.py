@@ -1,9 +1,9 @@
-"""Create the contract's Kafka topics (``deploy/topics.py``); the topic job's program.
+"""Create the contract's Kafka topics (``servicekit/topics.py``); the topic job's program.
 
 Run as ``python -m deploy.k8s.create_topics`` in the service image (the package ships this
 module) by the ``topics`` Job of ``deploy/k8s`` and the ``topics`` service of
 ``deploy/compose``, so the topic names and configs are the image's own
-``deploy.topics.TOPICS``, the same as ``dsh up`` creates. Safe to
+``servicekit.topics.TOPICS``, the same as ``dsh up`` creates. Safe to
 run again: existing topics are kept, and one whose partition count differs is an error
 (commands and events must be partition-aligned).
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import sys
 
-from deploy.config import KafkaSettings
-from deploy.topics import TOPICS, ensure_topics
 from dsh.errors import SessionError
+from servicekit.settings import KafkaSettings
+from servicekit.topics import TOPICS, ensure_topics
 
 
 def set_min_insync_replicas(kafka: KafkaSettings, value: str, timeout_s: float) -> None:

@@ -15,10 +15,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.interpreters import OFFLOAD_SPEC
 from deploy.local.errors import LocalStackError
 from deploy.local.processes import ManagedProcess, port_accepts
 from deploy.local.settings import LocalStackSettings
+from interpreters import OFFLOAD_SPEC
 
 PROJECTIONS = ("surface", "transcript", "audit")
 
@@ -26,7 +26,7 @@ PROJECTIONS = ("surface", "transcript", "audit")
 @dataclass(frozen=True)
 class Service:
     name: str  # "writer", "project-surface", …
-    argv: tuple[str, ...]  # after `python -m dsh.cli`
+    argv: tuple[str, ...]  # after `python -m cli`
     metrics_port: int  # 0: none
     home: Path
 
@@ -35,9 +35,9 @@ class Service:
         return self.home / "service.log"
 
     def process(self) -> ManagedProcess:
-        # The marker must be in the command line: `dsh.cli writer` / `dsh.cli project audit`.
+        # The marker must be in the command line: `cli writer` / `cli project audit`.
         return ManagedProcess(
-            self.name, self.home / "service.pid", self.log_file, "dsh.cli " + " ".join(self.argv)
+            self.name, self.home / "service.pid", self.log_file, "cli " + " ".join(self.argv)
         )
 
     def metrics_url(self) -> str | None:
@@ -87,7 +87,7 @@ class Services:
             if process.is_running():
                 continue
             service.home.mkdir(parents=True, exist_ok=True)
-            process.start([sys.executable, "-m", "dsh.cli", *service.argv], env=self.env(service))
+            process.start([sys.executable, "-m", "cli", *service.argv], env=self.env(service))
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Every service alive and answering on its /metrics port (it starts serving /metrics

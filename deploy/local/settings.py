@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pydantic_settings import SettingsConfigDict
 
-from deploy.config import StrictSettings
+from servicekit.settings import StrictSettings
 
 # The checkout this module lives in; state stays inside it (ignored by git) so that a
 # clean clone owns everything it downloads or creates and `rm -rf .state` resets it.

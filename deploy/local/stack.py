@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from deploy.config import KafkaSettings
 from deploy.local.kafka import KafkaCluster, ensure_kafka_jars
 from deploy.local.processes import port_accepts, require_free_ports
 from deploy.local.redis_server import RedisServer, ensure_redis_server
 from deploy.local.services import Services
 from deploy.local.settings import LocalStackSettings
-from deploy.topics import ensure_topics
+from servicekit.settings import KafkaSettings
+from servicekit.topics import ensure_topics
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,14 @@ from confluent_kafka import Producer
 from pydantic import SecretStr
 
 import dsh
-from deploy.config import KafkaSettings, RedisSettings
-from deploy.interpreters import offload_images
-from deploy.topics import PRODUCER_PARTITIONER
+from interpreters import offload_images
 from projectors.records import encode
 from schemas.records import event_headers
+from servicekit.partitioning import PRODUCER_PARTITIONER
+from servicekit.settings import KafkaSettings, RedisSettings
 
 CLOCK_MS = 1_700_000_000_000
-OFFLOAD = "deploy.interpreters:offload_images"
+OFFLOAD = "interpreters.image_offload:offload_images"
 MODEL = {"kind": "model", "provider": "mock", "model": "m1"}
 
 
@@ -248,7 +248,7 @@ def start_projector_process(
     projection: str, kafka: KafkaSettings, redis_url: str, **extra: str
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "project", projection],
+        [sys.executable, "-m", "cli", "project", projection],
         env=projector_env(kafka, redis_url, **extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -266,9 +266,9 @@ def projectors_running(
 ) -> Iterator[dict[str, Any]]:
     """The projectors in threads of this process (fast); yields name → Runtime. ``cluster``:
     ``redis_url`` is a seed node of a Redis Cluster."""
-    from deploy.interpreters import parse_interpreters as parse
-    from projectors.service import build_runtime
+    from cli.wiring import build_runtime
     from projectors.settings import ProjectorSettings
+    from servicekit.interpreters import parse_interpreters as parse
 
     defaults: dict[str, Any] = {
         "group_prefix": f"g-{kafka.topic_prefix}",

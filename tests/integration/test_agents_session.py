@@ -25,9 +25,9 @@ from openai.types.responses import (
 )
 
 import dsh
-from deploy.config import KafkaSettings
 from producers import SessionClient
 from producers.agents_session import DshAgentsSession, UnsupportedItemError
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import running_writer, writer_settings
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise

@@ -21,16 +21,16 @@ import pytest
 import redis
 
 import dsh
-from deploy.config import KafkaSettings
-from deploy.interpreters import OFFLOAD_SPEC, offload_images
+from cli import build_parser
+from cli.demo import DemoRun, render, run_demo
+from cli.demo_script import TURNS, run_script
 from deploy.local.processes import free_ports
-from deploy.topics import ensure_topics
-from dsh.cli import build_parser
-from dsh.cli.demo import DemoRun, render, run_demo
-from dsh.cli.demo_script import TURNS, run_script
+from interpreters import OFFLOAD_SPEC, offload_images
 from producers import SessionClient
 from projectors.keys import Keys
 from projectors.read_api import Reader
+from servicekit.settings import KafkaSettings
+from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     projectors_running,
@@ -66,7 +66,7 @@ def _env(kafka: KafkaSettings, redis_url: str, key_prefix: str, **extra: str) ->
 
 def _dsh(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dsh.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -183,7 +183,7 @@ def test_tail_prints_the_last_entries_then_follows(pipeline: Pipeline) -> None:
     sid = pipeline.run.session_id
     last = pipeline.run.script.last_seq
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "tail", sid, "-n", "2", "--json"],
+        [sys.executable, "-m", "cli", "tail", sid, "-n", "2", "--json"],
         env=pipeline.env,
         stdout=subprocess.PIPE,
         text=True,
@@ -225,7 +225,7 @@ def test_errors_name_the_fix(pipeline: Pipeline) -> None:
         {**env, "DSH_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{dead}"}, "verify", "x", "--timeout", "1"
     )
     assert unreachable.returncode == 1
-    assert "dsh: error [BROKER_UNREACHABLE]" in unreachable.stderr
+    assert "dsh: error [KAFKA_UNREACHABLE]" in unreachable.stderr
     assert "is Kafka running? `dsh up`" in unreachable.stderr
     assert "Traceback" not in unreachable.stderr and "%3|" not in unreachable.stderr
 
@@ -233,7 +233,7 @@ def test_errors_name_the_fix(pipeline: Pipeline) -> None:
         {**env, "DSH_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{dead}"}, "demo", "--no-up",
         "--timeout", "1",
     )  # fmt: skip
-    assert demo.returncode == 1 and "[BROKER_UNREACHABLE]" in demo.stderr
+    assert demo.returncode == 1 and "[KAFKA_UNREACHABLE]" in demo.stderr
 
     missing = _dsh({**env, "DSH_KAFKA_TOPIC_PREFIX": "nobody.made.these"}, "replay", "--json")
     assert missing.returncode == 1

@@ -19,10 +19,8 @@ import fastavro
 import pytest
 
 import dsh
-from deploy.config import KafkaSettings
+from cli import main
 from deploy.local.processes import free_ports
-from deploy.topics import ensure_topics
-from dsh.cli import main
 from dsh.formats import read_jsonl, write_jsonl
 from producers import SessionClient
 from producers.importer import (
@@ -42,6 +40,8 @@ from projectors.export import (
 from projectors.records import Record
 from projectors.topic_reader import scan_partitions
 from schemas import draft
+from servicekit.settings import KafkaSettings
+from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.writer_support import (
     run_script_in_process,
@@ -330,7 +330,7 @@ def test_import_error_paths_name_the_fix(
     monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
     assert main(["import", good, "--timeout", "1"]) == 1
     err = capsys.readouterr().err
-    assert "[BROKER_UNREACHABLE]" in err and "dsh up" in err
+    assert "[KAFKA_UNREACHABLE]" in err and "dsh up" in err
 
     monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", servers.bootstrap_servers)
     monkeypatch.setenv("DSH_KAFKA_TOPIC_PREFIX", f"absent-{uuid.uuid4().hex[:8]}")
@@ -485,7 +485,7 @@ def test_export_error_paths_name_the_fix(
     monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
     assert main(["export", str(tmp_path / "a"), "--timeout", "1"]) == 1
     err = capsys.readouterr().err
-    assert "[BROKER_UNREACHABLE]" in err and "dsh up" in err
+    assert "[KAFKA_UNREACHABLE]" in err and "dsh up" in err
 
     monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", servers.bootstrap_servers)
     monkeypatch.setenv("DSH_KAFKA_TOPIC_PREFIX", f"absent-{uuid.uuid4().hex[:8]}")

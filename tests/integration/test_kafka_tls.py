@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from deploy.config import KafkaSettings
-from deploy.kafka_errors import KafkaTlsError
 from deploy.local.processes import free_ports
 from deploy.local.settings import LocalStackSettings
 from deploy.local.tls import LocalCa, TlsKafkaCluster, make_test_ca
-from deploy.topics import ensure_topics
 from producers import SessionClient
+from servicekit.kafka_errors import KafkaTlsError
+from servicekit.settings import KafkaSettings
+from servicekit.topics import ensure_topics
 from tests.integration.writer_support import PARTITIONS, running_writer, user, writer_settings
 
 

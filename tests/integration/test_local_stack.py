@@ -27,7 +27,7 @@ def _free_port_run(count: int) -> int:
 
 def _dsh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dsh.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         env=env,
         capture_output=True,
         text=True,

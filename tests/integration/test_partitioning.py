@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from deploy.config import KafkaSettings
-from deploy.topics import PRODUCER_PARTITIONER, partition_for
+from servicekit.partitioning import PRODUCER_PARTITIONER, partition_for
+from servicekit.settings import KafkaSettings
 from tests.conftest import TEST_PARTITIONS
 
 KEYS = ["", "a", "ab", "abc", "abcd", "sess-1", "session/ünïcode", "x" * 101, "🙂" * 7]
@@ -37,9 +37,9 @@ def test_misaligned_topics_are_refused_by_topic_creation_and_by_the_writer(
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
-    from deploy.config import ConfigError
-    from deploy.topics import TopicError, ensure_topics
     from producers.writer import Writer
+    from servicekit.settings import ConfigError
+    from servicekit.topics import TopicError, ensure_topics
     from tests.integration.writer_support import writer_settings
 
     admin = AdminClient(kafka_settings.client_config())

@@ -14,14 +14,14 @@ from confluent_kafka import Message
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
-from deploy.config import KafkaSettings, RedisSettings
+from cli.wiring import build_runtime
 from projectors.keys import Keys
 from projectors.link import Pending, RedisLink
 from projectors.read_api import Reader, TranscriptEntry
-from projectors.service import build_runtime
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import verify
+from servicekit.settings import KafkaSettings, RedisSettings
 from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     applied,

@@ -11,12 +11,12 @@ import sys
 import redis
 
 import dsh
-from deploy.config import KafkaSettings
-from deploy.interpreters import offload_images
+from interpreters import offload_images
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.topic_reader import read_session
 from projectors.verify import verify
+from servicekit.settings import KafkaSettings
 from tests.integration.projector_support import (
     applied,
     events_of,
@@ -96,7 +96,7 @@ def test_scripted_session_read_models_match_the_core(
     # The CLI says the same, and exits 0.
     env = projector_env(topics, servers.redis_url)
     done = subprocess.run(
-        [sys.executable, "-m", "dsh.cli", "verify", parent.id],
+        [sys.executable, "-m", "cli", "verify", parent.id],
         env=env,
         capture_output=True,
         text=True,
@@ -104,7 +104,7 @@ def test_scripted_session_read_models_match_the_core(
     )
     assert done.returncode == 0, done.stderr
     shown = subprocess.run(
-        [sys.executable, "-m", "dsh.cli", "show", "audit", parent.id],
+        [sys.executable, "-m", "cli", "show", "audit", parent.id],
         env=env,
         capture_output=True,
         text=True,
@@ -136,7 +136,7 @@ def test_verify_reports_a_difference_with_a_nonzero_exit(
     redis_client.hset(key, str(node), json.dumps(record))
 
     done = subprocess.run(
-        [sys.executable, "-m", "dsh.cli", "verify", session.id],
+        [sys.executable, "-m", "cli", "verify", session.id],
         env=projector_env(topics, servers.redis_url),
         capture_output=True,
         text=True,

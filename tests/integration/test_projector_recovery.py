@@ -15,17 +15,17 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
-from deploy.config import KafkaSettings, RedisSettings
-from deploy.interpreters import offload_images
+from cli.wiring import build_runtime
 from deploy.local.processes import free_ports
-from deploy.topics import partition_for
+from interpreters import offload_images
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.replay import replay
-from projectors.service import build_runtime
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import verify
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings, RedisSettings
 from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     CLOCK_MS,
@@ -160,7 +160,7 @@ def test_a_poison_record_blocks_its_session_and_no_other(
     assert sorted((d["key"], d["dsh-dlq-code"]) for d in letters) == sorted(
         (sid, code) for sid, code in expected_codes.items() for _ in PROJECTIONS
     )
-    assert {d["dsh-dlq-projector"] for d in letters} == set(PROJECTIONS)
+    assert {d["dsh-dlq-service"] for d in letters} == {f"project-{p}" for p in PROJECTIONS}
     # The record's own headers travel with it.
     assert {d["dsh-type"] for d in letters if d["key"] == codec.id} == {"garbage/bytes"}
     assert {d["dsh-format"] for d in letters} == {"3"}

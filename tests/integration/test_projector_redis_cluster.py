@@ -14,13 +14,13 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from deploy.config import KafkaSettings
-from deploy.interpreters import offload_images
+from interpreters import offload_images
 from projectors.batch_io import batch_io, execute
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.topic_reader import read_session
 from projectors.verify import verify
+from servicekit.settings import KafkaSettings
 from tests.conftest import ClusterServers
 from tests.integration.projector_support import (
     CLOCK_MS,
@@ -318,7 +318,7 @@ def test_dsh_replay_and_verify_on_a_cluster_with_a_blocked_session(
 
     def dsh_cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "dsh.cli", *args],
+            [sys.executable, "-m", "cli", *args],
             env=env,
             capture_output=True,
             text=True,

@@ -12,16 +12,16 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from deploy.config import KafkaSettings, RedisSettings
-from deploy.interpreters import offload_images
+from cli.wiring import build_runtime
+from interpreters import offload_images
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.records import Poison, Record
 from projectors.replay import replay
-from projectors.service import build_runtime
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import verify
+from servicekit.settings import KafkaSettings, RedisSettings
 from tests.integration.projector_support import (
     OFFLOAD,
     applied,
@@ -41,7 +41,7 @@ def _dsh(
     topics: KafkaSettings, redis_url: str, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dsh.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         env=projector_env(topics, redis_url, **env),
         capture_output=True,
         text=True,

@@ -8,7 +8,7 @@ import uuid
 import redis
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from deploy.config import KafkaSettings
+from servicekit.settings import KafkaSettings
 
 
 def _consume_all(settings: KafkaSettings, topic: str, expected: int) -> list[bytes]:

@@ -1,7 +1,7 @@
 """A writer restores from the snapshots topic as Kafka's log cleaner leaves it: older snapshots
 of a session, of the checkpoint and of the rejection slots gone, offsets with holes. The topic's
 segments roll every 100 ms here so that the cleaner gets to them within the test; in production
-``max.compaction.lag.ms`` (deploy/topics.py) bounds how long they wait."""
+``max.compaction.lag.ms`` (servicekit/topics.py) bounds how long they wait."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not
 )
 
 import dsh
-from deploy.config import KafkaSettings
-from deploy.topics import partition_for
 from producers import SessionClient
-from producers.restore import high_watermark, read_partition, reader_consumer
+from servicekit import kafka_clients
+from servicekit.partition_reader import high_watermark, read_partitions
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
     running_writer,
@@ -51,11 +52,13 @@ def _topic_config(kafka: KafkaSettings, topic: str) -> dict[str, str]:
 
 def _versions(kafka: KafkaSettings, topic: str, partition: int) -> Counter[bytes | None]:
     """How many records of each key the partition holds now."""
-    reader = reader_consumer(kafka, topics=[topic])
-    probe = reader_consumer(kafka, "read_uncommitted", [topic])
+    reader = kafka_clients.reader(kafka, topics=[topic])
+    probe = kafka_clients.reader(kafka, "read_uncommitted", [topic])
     try:
         end = high_watermark(probe, topic, partition)
-        return Counter(m.key() for m in read_partition(reader, topic, partition, end, 30.0))
+        return Counter(
+            m.key() for m in read_partitions(reader, topic, {partition: (None, end)}, 30.0)
+        )
     finally:
         reader.close()
         probe.close()

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from deploy.config import KafkaSettings
 from producers import SessionClient
 from producers.writer import Writer
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import running_writer, user, writer_settings
 
 INTERVAL_S = 1.0

@@ -1,4 +1,4 @@
-"""Two writer processes (`python -m dsh.cli writer`) share the partitions. One is SIGKILLed
+"""Two writer processes (`python -m cli writer`) share the partitions. One is SIGKILLed
 under load: the other takes over from the log, and no acknowledged append is lost or
 duplicated. One is SIGSTOPped mid-batch: once resumed after losing its partitions, it cannot
 publish: its offsets go with group metadata that is no longer valid (the writer notices the
@@ -13,10 +13,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from deploy.config import KafkaSettings
 from deploy.local.processes import free_ports
-from deploy.topics import partition_for
 from producers import AppendTimeoutError, SessionClient
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
     WriterProcess,

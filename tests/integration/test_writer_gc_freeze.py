@@ -24,10 +24,10 @@ import uuid
 import pytest
 
 import dsh
-from deploy.config import KafkaSettings
 from producers import SessionClient
 from producers.state import PartitionState, SessionState
 from producers.writer import Writer
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     REPO,
     SESSIONS,

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import KafkaError
 from prometheus_client import REGISTRY
 
-from deploy.config import KafkaSettings
 from producers import metrics
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     SESSIONS,
     CommitProbe,
@@ -46,7 +46,7 @@ def test_a_failed_commit_aborts_the_transaction_built_after_it_and_nothing_is_lo
     CommitProbe(monkeypatch, fail_commit=5)
     with running_writer(topics, writer_settings(overlap_commits=True)) as writer:
         load_in_order(topics, sessions)
-        assert len(writer.owned) > 0  # recovered in place, still serving
+        assert len(writer.owned()) > 0  # recovered in place, still serving
     assert metrics.TXN_ABORTS._value.get() > aborts
 
 
@@ -67,6 +67,6 @@ def test_a_commit_refused_for_a_moved_generation_is_produced_again_not_restored(
         restores = _restores()
         # expected_seq: a record produced twice or lost is a conflict
         load_in_order(topics, sessions)
-        assert len(writer.owned) > 0
+        assert len(writer.owned()) > 0
         assert _restores() == restores, "a partition was restored instead"
     assert metrics.TXN_PRODUCED_AGAIN._value.get() == again + 1

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import dsh
-from deploy.config import KafkaSettings
-from deploy.topics import partition_for
 from producers import ConflictError, PayloadTooLargeError, SessionClient
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
     events_end_offsets,

@@ -16,8 +16,6 @@ from prometheus_client import REGISTRY
 import dsh
 import producers.restore as restore_module
 import producers.writer as writer_module
-from deploy.config import KafkaSettings
-from deploy.topics import partition_for
 from producers import (
     AppendTimeoutError,
     ConflictError,
@@ -39,6 +37,8 @@ from schemas import (
     encode_event,
     encode_reply,
 )
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
     assistant,
@@ -299,7 +299,7 @@ def test_a_stopped_writer_ends_every_kafka_client_it_made(topics: KafkaSettings)
         assert _kafka_client_threads() > before
     # The writer object is still referenced: its producers must have been closed, not left
     # to the garbage collector.
-    assert writer.owned == []
+    assert writer.owned() == []
     wait_for(lambda: _kafka_client_threads() == before, 10, "the writer's clients to end")
 
 
@@ -477,11 +477,12 @@ def test_an_undecodable_command_goes_to_the_dlq_and_the_writer_carries_on(
         dlq.close()
     assert message.value() == b"not avro at all"
     assert message.key() == sid.encode()
-    assert headers["dsh-error"] == b"BadMarkerError"
-    assert headers["dsh-error-code"] == b"CODEC_BAD_MARKER"
+    assert headers["dsh-dlq-service"] == b"writer"
+    assert headers["dsh-dlq-error"] == b"BadMarkerError"
+    assert headers["dsh-dlq-code"] == b"CODEC_BAD_MARKER"
     assert (
-        headers["dsh-source"]
-        == f"{topics.topic('commands')}/{partition_for(sid, PARTITIONS)}/0".encode()
+        headers["dsh-dlq-source"]
+        == f"{topics.topic('commands')}[{partition_for(sid, PARTITIONS)}]@0".encode()
     )
 
 

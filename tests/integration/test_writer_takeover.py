@@ -10,13 +10,13 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from deploy.config import KafkaSettings
 from producers import SessionClient
 from producers.takeover import (
     fence_stuck_owners,
     offsets_metadata,
     parse_offsets_metadata,
 )
+from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
     WriterProcess,

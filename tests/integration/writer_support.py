@@ -1,5 +1,5 @@
 """Helpers for the writer tests: event builders, a scripted multi-turn session, and writers
-run in-process (a thread) or as `python -m dsh.cli writer` subprocesses."""
+run in-process (a thread) or as `python -m cli writer` subprocesses."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 import dsh
-from deploy.config import KafkaSettings
-from deploy.topics import partition_for
 from producers import SessionClient
-from producers.restore import reader_consumer
 from producers.settings import WriterSettings
 from producers.writer import Writer
 from schemas import draft
+from servicekit import kafka_clients
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
 
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
@@ -189,7 +189,7 @@ def running_writer(kafka: KafkaSettings, settings: WriterSettings) -> Iterator[W
     thread = threading.Thread(target=run, name="writer", daemon=True)
     thread.start()
     try:
-        wait_for(lambda: len(writer.owned) == PARTITIONS or bool(failure), 30, "ownership")
+        wait_for(lambda: len(writer.owned()) == PARTITIONS or bool(failure), 30, "ownership")
         if failure:
             raise failure[0]
         yield writer
@@ -201,7 +201,7 @@ def running_writer(kafka: KafkaSettings, settings: WriterSettings) -> Iterator[W
 
 
 class WriterProcess:
-    """`python -m dsh.cli writer` with env settings, its log in a file the test can read."""
+    """`python -m cli writer` with env settings, its log in a file the test can read."""
 
     def __init__(self, kafka: KafkaSettings, log_path: Path, **settings: Any) -> None:
         env = {
@@ -214,7 +214,7 @@ class WriterProcess:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dsh.cli", "writer"],
+            [sys.executable, "-m", "cli", "writer"],
             cwd=REPO,
             env=env,
             stdout=self._log,
@@ -270,7 +270,7 @@ def split(a: WriterProcess, b: WriterProcess) -> bool:
 
 def events_end_offsets(kafka: KafkaSettings) -> list[int]:
     """The end (high watermark, uncommitted included) of every events partition."""
-    probe = reader_consumer(kafka, "read_uncommitted")
+    probe = kafka_clients.reader(kafka, "read_uncommitted")
     try:
         topic = kafka.topic("events")
         return [

@@ -13,9 +13,9 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from deploy.config import KafkaSettings
 from deploy.local.stack import LocalStack
-from deploy.topics import ensure_topics
+from servicekit.settings import KafkaSettings
+from servicekit.topics import ensure_topics
 from tests.reliability.harness import PARTITIONS, Load, Namespace
 
 RELIABILITY_DIR = os.path.dirname(__file__)

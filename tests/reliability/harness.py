@@ -25,12 +25,11 @@ import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from pydantic import SecretStr
 
-from deploy.config import KafkaSettings
-from deploy.stacks import DUMP_SIGNAL
-from deploy.topics import partition_for
 from producers import AppendTimeoutError, SessionClient
-from producers.restore import REQUEST_HEADER
-from schemas import decode_event
+from schemas import HEADER_REQUEST, decode_event
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
+from servicekit.stacks import DUMP_SIGNAL
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_FRAME = f'File "{REPO}/'  # a stack frame of the project's own code
@@ -92,7 +91,7 @@ def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
 
 
 class Service:
-    """``python -m dsh.cli ARGS`` with its own env and a log file; signals go to its pid."""
+    """``python -m cli ARGS`` with its own env and a log file; signals go to its pid."""
 
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.name = name
@@ -109,7 +108,7 @@ class Service:
     def start(self) -> None:
         with self.lock, self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "dsh.cli", *self.args],
+                [sys.executable, "-m", "cli", *self.args],
                 cwd=REPO,
                 env=self.env,
                 stdout=log,
@@ -219,7 +218,7 @@ class Namespace:
         return service
 
     def stacks(self, kind: str = "writer") -> str:
-        """The Python stacks of the live ``kind`` services (SIGUSR1: deploy/stacks.py), for a
+        """The Python stacks of the live ``kind`` services (SIGUSR1: servicekit/stacks.py), for a
         failure message: what a process that stopped progressing is waiting in."""
         live = [s for s in self.services if s.args[0] == kind and s.alive()]
         sizes = {s.name: s.log_path.stat().st_size for s in live}
@@ -468,7 +467,7 @@ def check_history(kafka: KafkaSettings, history: History) -> Verdict:
     in_topic: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
     for m in read_topic(kafka, kafka.topic("events")):
         record = decode_event(m.value())
-        rid = dict(m.headers() or []).get(REQUEST_HEADER, b"").decode()
+        rid = dict(m.headers() or []).get(HEADER_REQUEST, b"").decode()
         in_topic[record.session_id].append((record.event["seq"], rid))
     lost = duplicated = 0
     out_of_order, mismatched = [], []

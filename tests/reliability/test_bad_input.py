@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 import dsh
 from deploy.local.stack import LocalStack
-from deploy.topics import PRODUCER_PARTITIONER, partition_for
 from dsh.errors import SessionError
 from producers import (
     MalformedCommandError,
@@ -28,9 +27,9 @@ from producers import (
     SessionClient,
     WrongPartitionError,
 )
-from producers.restore import REQUEST_HEADER
 from schemas import (
     APPEND_COMMAND,
+    HEADER_REQUEST,
     AppendCommand,
     UnencodableError,
     decode_reply,
@@ -38,6 +37,7 @@ from schemas import (
     encode_command,
     record_headers,
 )
+from servicekit.partitioning import PRODUCER_PARTITIONER, partition_for
 from tests.reliability.harness import (
     PARTITIONS,
     History,
@@ -57,8 +57,8 @@ from tests.reliability.harness import (
 @pytest.fixture(scope="module")
 def bad(cluster: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Namespace]:
     """One pipeline for the module; the bad-input tests share it (and prove it survives)."""
-    from deploy.config import KafkaSettings
-    from deploy.topics import ensure_topics
+    from servicekit.settings import KafkaSettings
+    from servicekit.topics import ensure_topics
 
     kafka = KafkaSettings(
         bootstrap_servers=cluster.settings.bootstrap_servers(),
@@ -212,7 +212,7 @@ def _replies_for(bad: Namespace, request_ids: list[str], timeout_s: float = 60.0
 
     def look() -> bool:
         for m in read_topic(bad.kafka, bad.kafka.topic("replies")):
-            rid = dict(m.headers() or []).get(REQUEST_HEADER)
+            rid = dict(m.headers() or []).get(HEADER_REQUEST)
             if rid in wanted:
                 found[wanted[rid]] = decode_reply(m.value())
         return len(found) == len(wanted)
@@ -222,11 +222,11 @@ def _replies_for(bad: Namespace, request_ids: list[str], timeout_s: float = 60.0
 
 
 def _dlq(bad: Namespace) -> dict[str, dict[str, bytes]]:
-    """DLQ entries by their dsh-source (topic/partition/offset) → headers."""
+    """DLQ entries by their dsh-dlq-source (topic[partition]@offset) → headers."""
     out = {}
     for m in read_topic(bad.kafka, bad.kafka.topic("dlq")):
         headers = dict(m.headers() or [])
-        out[m.value()[:16].hex() + headers.get("dsh-source", b"").decode()] = headers
+        out[m.value()[:16].hex() + headers.get("dsh-dlq-source", b"").decode()] = headers
     return out
 
 
@@ -261,16 +261,16 @@ def test_bad_input_raw_on_the_commands_topic_goes_to_the_dlq_or_a_typed_reply(
         wrong = AppendCommand("rid-wrong", "raw", sid, (draft("session/title", {"t": "x"}),))
         producer.produce(commands, key=sid.encode(), value=encode_command(wrong),
                          partition=(home + 1) % PARTITIONS,
-                         headers=[*headers, (REQUEST_HEADER, b"rid-wrong")])  # fmt: skip
+                         headers=[*headers, (HEADER_REQUEST, b"rid-wrong")])  # fmt: skip
         # Record key and session id disagree.
         other = AppendCommand("rid-key", "raw", "sess-x", (draft("session/title", {"t": "x"}),))
         producer.produce(commands, key=b"sess-y", value=encode_command(other),
                          partition=partition_for("sess-y", PARTITIONS),
-                         headers=[*headers, (REQUEST_HEADER, b"rid-key")])  # fmt: skip
+                         headers=[*headers, (HEADER_REQUEST, b"rid-key")])  # fmt: skip
         # No events at all.
         empty = AppendCommand("rid-empty", "raw", "sess-e", ())
         producer.produce(commands, key=b"sess-e", value=encode_command(empty),
-                         headers=[*headers, (REQUEST_HEADER, b"rid-empty")])  # fmt: skip
+                         headers=[*headers, (HEADER_REQUEST, b"rid-empty")])  # fmt: skip
         assert producer.flush(30) == 0
         wrong_reply, key_reply, empty_reply = (
             r.exception() for r in _replies_for(bad, ["rid-wrong", "rid-key", "rid-empty"])
@@ -283,10 +283,11 @@ def test_bad_input_raw_on_the_commands_topic_goes_to_the_dlq_or_a_typed_reply(
         time.sleep(1.0)  # keep the good load going a moment after the last bad record
     entries = _dlq(bad)
     for h in entries.values():
-        assert h.get("dsh-error") and h.get("dsh-error-code") and h.get("dsh-error-message"), h
+        assert h.get("dsh-dlq-service") == b"writer", h
+        assert h.get("dsh-dlq-error") and h.get("dsh-dlq-code") and h.get("dsh-dlq-reason"), h
     for h in entries.values():
-        print("BADINPUT raw dlq |", h["dsh-error"].decode(), "|", h["dsh-error-code"].decode(),
-              "|", h["dsh-error-message"].decode()[:80])  # fmt: skip
+        print("BADINPUT raw dlq |", h["dsh-dlq-error"].decode(), "|", h["dsh-dlq-code"].decode(),
+              "|", h["dsh-dlq-reason"].decode()[:80])  # fmt: skip
     for reply in (wrong_reply, key_reply, empty_reply):
         print("BADINPUT raw reply |", type(reply).__name__, "|", reply.code)
     verdict = check_history(bad.kafka, history)
@@ -376,5 +377,5 @@ def test_after_the_fuzzing_everything_still_serves_and_verifies(
         dsh.Session.from_restore(sid, events)
     verify_all(bad, redis_client, [*fuzzed, "canary"], 60)
     # Undecodable or not, nothing reached the projectors' DLQ: the writer let no bad event by.
-    assert all(b"dsh-dlq-projector" not in dict(m.headers() or []) for m in
+    assert all(dict(m.headers() or []).get("dsh-dlq-service") == b"writer" for m in
                read_topic(bad.kafka, bad.kafka.topic("dlq")))  # fmt: skip

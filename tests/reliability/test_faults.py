@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from deploy.local.redis_server import RedisServer
 from deploy.local.stack import LocalStack
-from deploy.watchdog import STUCK_EXIT_CODE
+from servicekit.watchdog import STUCK_EXIT_CODE
 from tests.reliability.harness import (
     PARTITIONS,
     History,
@@ -188,7 +188,7 @@ def _sigkill_a_broker_and_bring_it_back(
         )
         # The writers recover in process (a new producer, restores tried again). The one exit
         # allowed is the watchdog's, for a librdkafka call that kept waiting on a coordinator
-        # past its timeout (deploy/watchdog.py): no recovery in process can end that call.
+        # past its timeout (servicekit/watchdog.py): no recovery in process can end that call.
         exits = {w.name: w.exit_codes for w in pipeline.writers if w.exit_codes}
         assert all(code == STUCK_EXIT_CODE for codes in exits.values() for code in codes), exits
         assert all(w.alive() for w in pipeline.writers)

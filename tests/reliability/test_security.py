@@ -14,14 +14,14 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from deploy.config import KafkaSettings
-from deploy.kafka_errors import KafkaAuthenticationError
 from deploy.local.processes import ManagedProcess, free_ports
 from deploy.local.redis_server import ensure_redis_server
 from deploy.local.sasl import SaslKafkaCluster
 from deploy.local.stack import LocalStack
-from deploy.topics import ensure_topics
 from producers import SessionClient
+from servicekit.kafka_errors import KafkaAuthenticationError
+from servicekit.settings import KafkaSettings
+from servicekit.topics import ensure_topics
 from tests.reliability.conftest import PASSWORDS, SERVICE_USER
 from tests.reliability.harness import (
     PARTITIONS,

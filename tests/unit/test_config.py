@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from deploy.config import ConfigError, KafkaSettings, RedisSettings
-from deploy.kafka_errors import FailFast, KafkaAuthenticationError
 from deploy.local.settings import LocalStackSettings
 from producers import SessionClient
+from servicekit.kafka_errors import FailFast, KafkaAuthenticationError
+from servicekit.settings import ConfigError, KafkaSettings, RedisSettings
 
 
 def test_kafka_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,8 +134,9 @@ def test_a_failed_start_up_check_leaves_no_client_behind(
 
     from confluent_kafka.admin import AdminClient
 
-    from deploy import kafka_errors
-    from deploy.kafka_errors import KafkaUnreachableError, cluster_topics
+    from servicekit import kafka_clients, kafka_errors
+    from servicekit.kafka_errors import KafkaUnreachableError
+    from servicekit.topics import cluster_topics
 
     made: list[weakref.ref[AdminClient]] = []
 
@@ -144,7 +145,7 @@ def test_a_failed_start_up_check_leaves_no_client_behind(
             super().__init__(conf)
             made.append(weakref.ref(self))
 
-    monkeypatch.setattr(kafka_errors, "AdminClient", Tracked)
+    monkeypatch.setattr(kafka_clients, "AdminClient", Tracked)
     if refused:  # a closed port stands in for a broker refusing the login
         monkeypatch.setattr(kafka_errors, "_AUTHENTICATION", frozenset({KafkaError._TRANSPORT}))
     expected = KafkaAuthenticationError if refused else KafkaUnreachableError

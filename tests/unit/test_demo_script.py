@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import dsh
-from deploy.interpreters import offload_images
-from dsh.cli.demo_script import COMPACTED_TURNS, TURNS, Result, fork_turn, run_script
+from cli.demo_script import COMPACTED_TURNS, TURNS, Result, fork_turn, run_script
+from interpreters import offload_images
 
 
 def _run() -> tuple[dsh.Session, Result]:

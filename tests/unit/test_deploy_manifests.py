@@ -26,13 +26,13 @@ from prometheus_client.metrics import MetricWrapperBase
 
 import producers.metrics
 import projectors.metrics
-from deploy.config import KafkaSettings, RedisSettings, StrictSettings
+from cli import build_parser
 from deploy.local.settings import LocalStackSettings
-from deploy.topics import TOPICS
-from dsh.cli import build_parser
 from producers.settings import WriterSettings
-from projectors.service import PROJECTIONS
+from projectors.catalog import PROJECTIONS
 from projectors.settings import ProjectorSettings
+from servicekit.settings import KafkaSettings, RedisSettings, StrictSettings
+from servicekit.topics import TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -1,4 +1,4 @@
-"""deploy.gc_tuning.built_frozen: what a block builds is frozen, the collector never ran
+"""servicekit.gc_tuning.built_frozen: what a block builds is frozen, the collector never ran
 meanwhile, and it is back on afterwards whatever the block did."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from deploy.gc_tuning import built_frozen
+from servicekit.gc_tuning import built_frozen
 
 
 class _Built:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import dsh
-from deploy.interpreters import OFFLOAD_SPEC, parse_interpreters
+from interpreters import OFFLOAD_SPEC
 from producers.importer import validate_locally
+from servicekit.interpreters import parse_interpreters
 
 
 def _offloaded_session() -> tuple[dsh.Event, ...]:

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
-from deploy.config import ConfigError
-from deploy.logs import configure_logging, log_context
+from servicekit.logs import configure_logging, log_context
+from servicekit.settings import ConfigError
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-from deploy.topics import murmur2, partition_for
+from servicekit.partitioning import murmur2, partition_for
 
 
 def test_murmur2_matches_kafka_java_reference_values() -> None:

@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 
 import dsh
-from deploy.config import KafkaSettings
-from deploy.logs import configure_logging
 from projectors import runtime as runtime_module
 from projectors.errors import PoisonRecordError
 from projectors.keys import Keys
@@ -20,6 +18,8 @@ from projectors.records import Poison, Record
 from projectors.runtime import BLOCKED, Entry, Runtime
 from projectors.settings import ProjectorSettings
 from projectors.transcript import TranscriptProjection
+from servicekit.logs import configure_logging
+from servicekit.settings import KafkaSettings
 
 
 class _NoRedis:

@@ -1,4 +1,4 @@
-"""SIGUSR1 makes a service write every thread's stack and go on (deploy/stacks.py)."""
+"""SIGUSR1 makes a service write every thread's stack and go on (servicekit/stacks.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from deploy.stacks import DUMP_SIGNAL, dump_stacks_on_signal
+from servicekit.stacks import DUMP_SIGNAL, dump_stacks_on_signal
 
 REPO = Path(__file__).resolve().parents[2]
 
 _PROGRAM = """
 import sys, threading, time
-from deploy.stacks import dump_stacks_on_signal
+from servicekit.stacks import dump_stacks_on_signal
 
 def waiting_in_a_helper_thread():
     time.sleep(60)
@@ -70,7 +70,7 @@ def test_a_service_hung_while_it_starts_can_be_looked_into() -> None:
             "DSH_PROJECTOR_METRICS_PORT": "0",
         }
         process = subprocess.Popen(
-            [sys.executable, "-m", "dsh.cli", "project", "audit"],
+            [sys.executable, "-m", "cli", "project", "audit"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,

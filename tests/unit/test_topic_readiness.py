@@ -10,7 +10,7 @@ from confluent_kafka.admin._metadata import (  # the stubs do not re-export them
     TopicMetadata,
 )
 
-from deploy.topics import TopicError, _wait_until_led
+from servicekit.topics import TopicError, _wait_until_led
 
 
 def _topic(name: str, leaders: list[int]) -> TopicMetadata:

@@ -1,4 +1,4 @@
-"""The call watchdog (deploy/watchdog.py): a call running far past its timeout ends the process."""
+"""The call watchdog (servicekit/watchdog.py): a call far past its timeout ends the process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from deploy.watchdog import STUCK_EXIT_CODE, CallWatchdog
+from servicekit.watchdog import STUCK_EXIT_CODE, CallWatchdog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,7 +82,7 @@ def test_close_ends_the_checking_thread() -> None:
 
 _STUCK_PROGRAM = """
 import logging, threading
-from deploy.watchdog import CallWatchdog
+from servicekit.watchdog import CallWatchdog
 
 logging.basicConfig(level=logging.INFO)
 watchdog = CallWatchdog(0.2, check_every_s=0.05)

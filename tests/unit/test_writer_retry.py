@@ -3,7 +3,6 @@ without Kafka: which partitions (``still_served``) and with which headers."""
 
 from __future__ import annotations
 
-from producers.restore import REQUEST_HEADER
 from producers.state import PartitionState
 from producers.writer import (
     _REPLY,
@@ -12,7 +11,7 @@ from producers.writer import (
     _Transaction,
     still_served,
 )
-from schemas import APPEND_REPLY, WRITER_SNAPSHOT, event_headers, record_headers
+from schemas import APPEND_REPLY, HEADER_REQUEST, WRITER_SNAPSHOT, event_headers, record_headers
 
 
 def _txn(lane: int, states: dict[int, PartitionState]) -> _Transaction:
@@ -41,9 +40,9 @@ def test_a_record_produced_again_gets_the_headers_it_was_first_produced_with() -
     rid = b"req-1"
     assert _record_headers("user/message", rid) == [
         *event_headers("user/message"),
-        (REQUEST_HEADER, rid),
+        (HEADER_REQUEST, rid),
     ]
-    assert _record_headers(_REPLY, rid) == [*record_headers(APPEND_REPLY), (REQUEST_HEADER, rid)]
+    assert _record_headers(_REPLY, rid) == [*record_headers(APPEND_REPLY), (HEADER_REQUEST, rid)]
     assert _record_headers(_SNAPSHOT, None) == record_headers(WRITER_SNAPSHOT)
-    dead_letter: list[tuple[str, str | bytes | None]] = [("dsh-error", b"X")]
+    dead_letter: list[tuple[str, str | bytes | None]] = [("dsh-dlq-code", b"X")]
     assert _record_headers(dead_letter, None) is dead_letter

@@ -21,10 +21,9 @@ def register(commands: Any) -> None:
 
 
 def _writer(args: argparse.Namespace) -> int:
-    # The package, not a submodule: the CLI's one sanctioned edge into a service.
-    import producers
-    from deploy.logs import configure_logging
+    from cli.wiring import serve_writer
+    from servicekit.logs import configure_logging
 
     # Before the service starts: its own logging.basicConfig is then a no-op.
     settings = configure_logging("writer", args.log_level)
-    return producers.serve_writer(settings.level)
+    return serve_writer(settings.level)

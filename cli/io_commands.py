@@ -122,14 +122,15 @@ def _progress(args: argparse.Namespace, unit: str) -> Callable[[int, int], None]
 
 
 def _kafka() -> Any:
-    from deploy.config import KafkaSettings
+    from servicekit.settings import KafkaSettings
 
     return KafkaSettings()
 
 
 def _import(args: argparse.Namespace) -> int:
-    from deploy.interpreters import OFFLOAD_SPEC, parse_interpreters
+    from interpreters import OFFLOAD_SPEC
     from producers.importer import import_file
+    from servicekit.interpreters import parse_interpreters
 
     result = import_file(
         args.file,

@@ -14,8 +14,8 @@ import pydantic
 from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from deploy.kafka_errors import FailFast
 from dsh.errors import SessionError, register_error
+from servicekit.kafka_errors import FailFast
 
 
 @register_error

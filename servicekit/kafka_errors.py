@@ -5,25 +5,23 @@ librdkafka retries everything itself and reports trouble through its ``error_cb`
 transport failure" once its timeout is over. Every client built from
 ``KafkaSettings.client_config()`` gets :class:`FailFast` as its ``error_cb``: a refused login
 raises :class:`KafkaAuthenticationError`, a broker certificate that fails verification
-:class:`KafkaTlsError`, out of the next poll of that client, and :func:`cluster_topics` (the
-start-up metadata call of the writer and ``SessionClient``) polls while it waits, so a wrong
-password or CA file fails a start within a second or two, not after 30 s. Messages name the
-user, mechanism, CA file and servers, never a secret.
+:class:`KafkaTlsError`, out of the next poll of that client, and
+:func:`servicekit.topics.cluster_topics` (the start-up metadata call of every service and
+command) polls while it waits, so a wrong password or CA file fails a start within a second or
+two, not after 30 s. Messages name the user, mechanism, CA file and servers, never a secret.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError
 
 from dsh.errors import SessionError, register_error
 
 if TYPE_CHECKING:
-    from deploy.config import KafkaSettings
+    pass
 
 
 @register_error
@@ -43,7 +41,8 @@ class KafkaTlsError(SessionError):
 
 @register_error
 class KafkaUnreachableError(SessionError):
-    """No broker answered within the start-up timeout (all brokers down, wrong address)."""
+    """No broker answered within the start-up timeout (all brokers down, wrong address). The
+    message names the servers and the fix."""
 
     default_code = "KAFKA_UNREACHABLE"
 
@@ -78,41 +77,3 @@ class FailFast:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
-
-
-def cluster_topics(kafka: KafkaSettings, timeout_s: float) -> dict[str, Any]:
-    """Topic metadata of the cluster (name -> TopicMetadata). Serves the client's callbacks
-    while it waits: a refused login raises ``KafkaAuthenticationError`` and a broker
-    certificate that fails verification ``KafkaTlsError`` at once, no answer at all
-    ``KafkaUnreachableError`` after ``timeout_s``.
-
-    The client is polled and the error raised outside the ``except`` block, so the error has
-    no ``__context__``: the KafkaException's traceback holds the admin client's frames, and a
-    client kept alive by an error the caller holds goes on retrying its broker, logging, for
-    as long as the error is held."""
-    admin = AdminClient(kafka.client_config())
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            topics: dict[str, Any] = admin.list_topics(timeout=0.5).topics
-            return topics
-        except KafkaException as exc:
-            reason = exc.args[0].str()
-        failure = _served(admin)  # the error_cb raises for a refusal
-        if failure is None and time.monotonic() >= deadline:
-            failure = KafkaUnreachableError(
-                f"no Kafka broker of {kafka.bootstrap_servers} answered in {timeout_s:.0f}s "
-                f"({reason})"
-            )
-        if failure is not None:
-            del admin
-            raise failure
-        time.sleep(0.1)
-
-
-def _served(admin: AdminClient) -> SessionError | None:
-    try:
-        admin.poll(0)
-    except (KafkaAuthenticationError, KafkaTlsError) as exc:
-        return exc.with_traceback(None)  # its frames would keep the client alive
-    return None

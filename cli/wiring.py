@@ -1,57 +1,30 @@
-"""Wiring: a projector process built from settings (the one place clients are created)."""
+"""Services and tools built from settings: the one place where the `dsh` command turns the
+environment (``DSH_*``) into clients, projections and runtimes."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
-import redis
-
-from deploy.config import KafkaSettings, RedisSettings
-from deploy.interpreters import parse_interpreters as parse
-from projectors import metrics
-from projectors.audit import AuditProjection
-from projectors.batch_io import RedisClient
-from projectors.errors import ProjectorError
+from projectors import metrics as projector_metrics
+from projectors.catalog import build_projection
 from projectors.keys import Keys
-from projectors.projection import Projection
 from projectors.read_api import Reader
 from projectors.replay import ReplayResult, progress_bar, replay
 from projectors.runtime import Runtime
 from projectors.settings import ProjectorSettings
-from projectors.surface import SurfaceProjection
 from projectors.topic_reader import read_session
-from projectors.transcript import TranscriptProjection
 from projectors.verify import Report, verify
-
-PROJECTIONS = ("surface", "transcript", "audit")
+from servicekit.interpreters import parse_interpreters
+from servicekit.redis_clients import redis_client
+from servicekit.settings import KafkaSettings, RedisSettings
 
 log = logging.getLogger("projectors")
-
-
-def redis_client(settings: RedisSettings) -> RedisClient:
-    """One Redis, or a Redis Cluster (``DSH_REDIS_CLUSTER``): redis-py's ``RedisCluster`` reads
-    the slot map from the seed node of the URL and keeps a connection pool per node."""
-    url, kwargs = settings.url.get_secret_value(), settings.client_kwargs()
-    if settings.cluster:
-        return redis.RedisCluster.from_url(url, **kwargs)
-    return redis.Redis.from_url(url, **kwargs)
-
-
-def build_projection(name: str, settings: ProjectorSettings) -> Projection[Any]:
-    keys = Keys(settings.key_prefix)
-    if name == "surface":
-        return SurfaceProjection(keys, parse(settings.projections))
-    if name == "transcript":
-        return TranscriptProjection(keys)
-    if name == "audit":
-        return AuditProjection(keys)
-    raise ProjectorError(
-        f"unknown projection {name!r}; known: {', '.join(PROJECTIONS)}", code="UNKNOWN_PROJECTION"
-    )
 
 
 def build_runtime(
@@ -60,17 +33,45 @@ def build_runtime(
     return Runtime(build_projection(name, settings), kafka, redis_client(redis_settings), settings)
 
 
-def run(name: str) -> None:
+def serve_projector(name: str) -> None:
     """``dsh project NAME``: run until SIGTERM or SIGINT, finishing the batch in hand."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = ProjectorSettings()
     log.info("projector %s starting: Redis, then group %s", name, settings.group_id(name))
     runtime = build_runtime(name, KafkaSettings(), RedisSettings(), settings)
-    metrics.serve(settings.metrics_port)
+    projector_metrics.serve(settings.metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     runtime.run(stop)
+
+
+def serve_writer(log_level: str = "INFO") -> int:
+    """``dsh writer``: settings from the environment, /metrics, signals, the loop."""
+    from prometheus_client import start_http_server
+
+    from producers.settings import WriterSettings
+    from producers.writer import Writer
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Sessions are long-lived, acyclic trees of small containers: with the default thresholds
+    # the cycle collector rescans them over and over and finds nothing (docs/benchmarks.md).
+    gc.set_threshold(100_000, 50, 100)
+    settings = WriterSettings()
+    writer = Writer(KafkaSettings(), settings)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("dsh.writer").info("signal %d: stopping", signum)
+        writer.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    writer.run()
+    return 0
 
 
 def reader_from_env() -> Reader:
@@ -82,7 +83,7 @@ def verify_from_env(session_id: str) -> Report:
     """``dsh verify``: the session's log from the events topic against the three read models."""
     settings = ProjectorSettings()
     items = read_session(KafkaSettings(), session_id)
-    return verify(session_id, items, reader_from_env(), parse(settings.projections))
+    return verify(session_id, items, reader_from_env(), parse_interpreters(settings.projections))
 
 
 def replay_from_env(

@@ -1,7 +1,7 @@
 """`dsh project`, `dsh show`, `dsh tail`, `dsh verify`, `dsh replay`: the projectors and their
 read models.
 
-Handlers import the services lazily: `import dsh` stays free of Kafka and Redis.
+Handlers import Kafka, Redis and the services lazily, so `dsh --help` starts quickly.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any
 
-PROJECTIONS = ("surface", "transcript", "audit")
+from projectors.catalog import PROJECTIONS
+
 _TIMEOUT_HELP = "how long to wait for the broker before giving up (default 10)"
 
 
@@ -81,17 +82,17 @@ def register(commands: Any) -> None:
 
 
 def _services() -> Any:
-    import projectors
+    from cli import wiring
 
-    return projectors.service
+    return wiring
 
 
 def _project(args: argparse.Namespace) -> int:
-    from deploy.logs import configure_logging
+    from servicekit.logs import configure_logging
 
     # Before the service starts: its own logging.basicConfig is then a no-op.
     configure_logging(f"project-{args.projection}", args.log_level)
-    _services().run(args.projection)
+    _services().serve_projector(args.projection)
     return 0
 
 
@@ -134,7 +135,7 @@ def _check_session(
     projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None
 ) -> None:
     """What was printed is all there is, and the exit status says why: blocked, or unknown."""
-    from dsh.cli.checks import blocked_message
+    from cli.checks import blocked_message
     from projectors.errors import SessionBlockedError
 
     if blocked is not None:
@@ -168,7 +169,7 @@ def _tail(args: argparse.Namespace) -> int:
 def _follow(reader: Any, session_id: str, after: int, as_json: bool) -> int:
     """New transcript entries after seq ``after`` until Ctrl-C; a blocked session stops it
     with the reason (no entry would ever come)."""
-    from dsh.cli.checks import blocked_message
+    from cli.checks import blocked_message
     from projectors.errors import SessionBlockedError
 
     while True:
@@ -245,8 +246,8 @@ def _print_audit(audit: Any) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from deploy.config import KafkaSettings
-    from dsh.cli.checks import default_interpreters, require_kafka
+    from cli.checks import default_interpreters, require_kafka
+    from servicekit.settings import KafkaSettings
 
     default_interpreters()
     require_kafka(KafkaSettings(), ("events",), args.timeout)
@@ -266,8 +267,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from deploy.config import KafkaSettings
-    from dsh.cli.checks import default_interpreters, require_kafka
+    from cli.checks import default_interpreters, require_kafka
+    from servicekit.settings import KafkaSettings
 
     default_interpreters()
     require_kafka(KafkaSettings(), ("events",), args.timeout)

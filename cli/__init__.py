@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from dsh.cli import (
+from cli import (
     checks,
     demo,
     io_commands,
@@ -70,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from deploy.config import configure_codec
-        from deploy.stacks import dump_stacks_on_signal
+        from servicekit.settings import configure_codec
+        from servicekit.stacks import dump_stacks_on_signal
 
         # From the start, not once a service is up: a process that hangs while it starts
         # (connecting, loading scripts, joining its group) can be looked into too.

@@ -14,52 +14,22 @@ from typing import TYPE_CHECKING, Any
 from dsh.errors import SessionError, register_error
 
 if TYPE_CHECKING:
-    from deploy.config import KafkaSettings
+    from servicekit.settings import KafkaSettings
 
 
 @register_error
-class UnavailableError(SessionError):
-    """``BROKER_UNREACHABLE``, ``TOPIC_MISSING`` or ``REDIS_UNREACHABLE``."""
-
-    default_code = "BROKER_UNREACHABLE"
+class RedisUnreachableError(SessionError):
+    default_code = "REDIS_UNREACHABLE"
 
 
 def require_kafka(
     kafka: KafkaSettings, names: Sequence[str] = ("events",), timeout_s: float = 10.0
 ) -> dict[str, int]:
-    """Partition counts of the named topics (``events``, ``commands``, …), or the fix."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
+    """Partition counts of the named topics (``events``, ``commands``, …), or the error that
+    names the fix (``KAFKA_UNREACHABLE``, ``TOPIC_MISSING``) within ``timeout_s``."""
+    from servicekit.topics import partition_counts
 
-    admin = AdminClient(
-        {
-            **kafka.client_config(),
-            "socket.connection.setup.timeout.ms": 10_000,
-            # librdkafka would print every failed connect to stderr; the error below says it.
-            "log_level": 0,
-        }
-    )
-    try:
-        found = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise broker_unreachable(kafka, timeout_s, exc) from None
-    topics = [kafka.topic(name) for name in names]
-    missing = [t for t in topics if t not in found]
-    if missing:
-        raise UnavailableError(
-            f"topic(s) {', '.join(missing)} missing on {kafka.bootstrap_servers}; create topics "
-            "with `dsh up` (check DSH_KAFKA_TOPIC_PREFIX)",
-            code="TOPIC_MISSING",
-        )
-    return {t: len(found[t].partitions) for t in topics}
-
-
-def broker_unreachable(kafka: KafkaSettings, timeout_s: float, exc: object) -> UnavailableError:
-    return UnavailableError(
-        f"Kafka at {kafka.bootstrap_servers} did not answer in {timeout_s:g}s ({exc}); is Kafka "
-        "running? `dsh up` starts it (or set DSH_KAFKA_BOOTSTRAP_SERVERS)",
-        code="BROKER_UNREACHABLE",
-    )
+    return partition_counts(kafka, [kafka.topic(name) for name in names], timeout_s, quiet=True)
 
 
 def translate(exc: BaseException) -> SessionError | None:
@@ -69,10 +39,9 @@ def translate(exc: BaseException) -> SessionError | None:
     if redis is not None and isinstance(
         exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
     ):
-        return UnavailableError(
+        return RedisUnreachableError(
             f"Redis did not answer ({exc}); is Redis running? `dsh up` starts it (or set "
             "DSH_REDIS_URL)",
-            code="REDIS_UNREACHABLE",
         )
     return None
 
@@ -92,6 +61,6 @@ def default_interpreters() -> None:
     ``image/offload`` interpreter unless DSH_PROJECTOR_PROJECTIONS says otherwise (empty: none).
     It is what the local stack's writer and projectors run with, and it is harmless elsewhere:
     a log holds an image/offload event only if the writer had an interpreter for it."""
-    from deploy.interpreters import OFFLOAD_SPEC
+    from interpreters import OFFLOAD_SPEC
 
     os.environ.setdefault("DSH_PROJECTOR_PROJECTIONS", OFFLOAD_SPEC)

@@ -1,7 +1,7 @@
 """`dsh demo`: the whole pipeline end to end on the local stack.
 
 Brings up Kafka, Redis, the writer and the three projectors (`dsh up`), appends the scripted
-agent session of :mod:`dsh.cli.demo_script` through ``SessionClient`` (validated by the writer,
+agent session of :mod:`cli.demo_script` through ``SessionClient`` (validated by the writer,
 committed exactly once), forks it, waits until the projectors caught up, and prints the three
 read models side by side with the log: what the model sees next, what the human transcript
 shows, and what the compaction summary replaced. Each run uses a new session id.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dsh
-from dsh.cli import demo_script
+from cli import demo_script
 
 if TYPE_CHECKING:
     from producers import SessionClient
@@ -37,7 +37,7 @@ included) and the provenance of the summary. Re-runnable: each run is a new sess
 
 --no-up uses the pipeline the DSH_KAFKA_* / DSH_REDIS_* settings point at instead (a writer
 and the three projectors must run there, with the image/offload interpreter
-deploy.interpreters:offload_images registered)."""
+interpreters.image_offload:offload_images registered)."""
 
 
 def register(commands: Any) -> None:
@@ -143,7 +143,7 @@ def run_demo(
     progress: Any = None,
 ) -> DemoRun:
     """Append the script and its fork through ``client``, wait for ``reader``'s projections."""
-    from deploy.interpreters import offload_images
+    from interpreters import offload_images
 
     say = progress or (lambda _line: None)
     session_id = session_id or new_session_id()
@@ -195,7 +195,7 @@ def run_demo(
 def wait_projected(reader: Reader, last_seqs: dict[str, int], timeout_s: float) -> None:
     """Until every projection applied each session up to its last seq; a blocked session is
     an error naming the projection, seq and reason rather than a silent wait."""
-    from dsh.cli.checks import blocked_message
+    from cli.checks import blocked_message
     from projectors.errors import SessionBlockedError
 
     deadline = time.monotonic() + timeout_s
@@ -368,13 +368,13 @@ def _shown(path: Path) -> str:
 def _demo(args: argparse.Namespace) -> int:
     import redis
 
-    from deploy.config import KafkaSettings, RedisSettings
-    from dsh.cli.checks import require_kafka
+    from cli.checks import require_kafka
     from producers import SessionClient
     from projectors.keys import Keys
     from projectors.read_api import Reader
-    from projectors.service import redis_client
     from projectors.settings import ProjectorSettings
+    from servicekit.redis_clients import redis_client
+    from servicekit.settings import KafkaSettings, RedisSettings
 
     def say(line: str) -> None:
         if not args.json:
@@ -420,7 +420,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m dsh.cli.demo` for a quick look
-    from dsh.cli import main
+if __name__ == "__main__":  # pragma: no cover - `python -m cli.demo` for a quick look
+    from cli import main
 
     sys.exit(main(["demo", *sys.argv[1:]]))

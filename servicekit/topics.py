@@ -1,16 +1,21 @@
-"""The Kafka topics of CONTRACT §6, their settings, and idempotent creation."""
+"""The Kafka topics of CONTRACT §6: their names and settings, idempotent creation, and the one
+start-up check every service and command makes (the topics are there, with how many
+partitions)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
-from deploy.config import ConfigError, KafkaSettings
 from dsh.errors import SessionError, register_error
+from servicekit import kafka_clients
+from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError, KafkaUnreachableError
+from servicekit.settings import ConfigError, KafkaSettings
 
 _FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 _ONE_WEEK_MS = str(7 * 24 * 3600 * 1000)
@@ -20,6 +25,8 @@ _ONE_HOUR_MS = str(3600 * 1000)
 
 @register_error
 class TopicError(SessionError):
+    """``TOPIC_MISSING``, ``PARTITION_MISMATCH``, ``CREATE_FAILED`` or ``NOT_LED``."""
+
     default_code = "TOPIC"
 
 
@@ -27,6 +34,21 @@ class TopicError(SessionError):
 class TopicSpec:
     name: str  # without the configurable prefix
     config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topic names of one deployment (``DSH_KAFKA_TOPIC_PREFIX``)."""
+
+    commands: str
+    events: str
+    replies: str
+    snapshots: str
+    dlq: str
+
+    @classmethod
+    def of(cls, kafka: KafkaSettings) -> Topics:
+        return cls(*(kafka.topic(n) for n in ("commands", "events", "replies", "snapshots", "dlq")))
 
 
 # Commands and events must have the same partition count: partition p of one maps to
@@ -57,12 +79,11 @@ def ensure_topics(
     brokers have applied it, and a service started right after (``dsh up --services``) would
     otherwise find its topic missing.
     """
-    from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
     if partitions < 1:
         raise ConfigError(f"partitions must be at least 1, got {partitions}")
-    admin = AdminClient(kafka.client_config())
+    admin = kafka_clients.admin(kafka)
     existing = admin.list_topics(timeout=timeout_s).topics
     missing = []
     for spec in TOPICS:
@@ -133,66 +154,73 @@ def _led(name: str, topic: Any, partitions: int) -> bool:
     return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed int32."""
-    length = len(data)
-    seed = 0x9747B28C
-    m = 0x5BD1E995
-    h = (seed ^ length) & 0xFFFFFFFF
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail = length % 4
-    if tail == 3:
-        h ^= data[whole + 2] << 16
-    if tail >= 2:
-        h ^= data[whole + 1] << 8
-    if tail >= 1:
-        h ^= data[whole]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
+def partition_counts(
+    kafka: KafkaSettings,
+    topics: Sequence[str],
+    timeout_s: float = 30.0,
+    *,
+    appear_s: float = 0.0,
+    quiet: bool = False,
+) -> dict[str, int]:
+    """The partition count of each of ``topics`` (full names): the start-up check of every
+    service and command. A refused login or certificate fails at once (typed, see
+    :func:`cluster_topics`), no broker in ``timeout_s`` is ``KAFKA_UNREACHABLE`` and a topic
+    that is not there ``TOPIC_MISSING``, both naming the fix.
+
+    ``appear_s``: topics created a moment ago may not be in every broker's metadata yet (the
+    controller answers CreateTopics before the brokers have applied it), so missing ones are
+    asked for again for that long before they count as missing."""
+    deadline = time.monotonic() + appear_s
+    while True:
+        found = cluster_topics(kafka, timeout_s, quiet=quiet)
+        missing = [t for t in topics if t not in found]
+        if not missing:
+            return {t: len(found[t].partitions) for t in topics}
+        if time.monotonic() >= deadline:
+            raise TopicError(
+                f"topic(s) {', '.join(missing)} missing on {kafka.bootstrap_servers}; `dsh up` "
+                "creates them on a local stack (check DSH_KAFKA_TOPIC_PREFIX)",
+                code="TOPIC_MISSING",
+            )
+        time.sleep(0.2)
 
 
-def partition_for(session_id: str, partitions: int) -> int:
-    """The partition of a session on every keyed topic, as Java's default partitioner places it.
+def cluster_topics(
+    kafka: KafkaSettings, timeout_s: float, *, quiet: bool = False
+) -> dict[str, Any]:
+    """Topic metadata of the cluster (name -> TopicMetadata). Serves the client's callbacks
+    while it waits: a refused login raises ``KafkaAuthenticationError`` and a broker
+    certificate that fails verification ``KafkaTlsError`` at once, no answer at all
+    ``KafkaUnreachableError`` after ``timeout_s``.
 
-    librdkafka's ``murmur2_random`` partitioner computes the same, so Python, Java and other
-    clients configured for Kafka's default agree on where a session lives.
-    """
-    return (murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions
+    The client is polled and the error raised outside the ``except`` block, so the error has
+    no ``__context__``: the KafkaException's traceback holds the admin client's frames, and a
+    client kept alive by an error the caller holds goes on retrying its broker, logging, for
+    as long as the error is held."""
+    admin = kafka_clients.admin(kafka, quiet=quiet)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            topics: dict[str, Any] = admin.list_topics(timeout=0.5).topics
+            return topics
+        except KafkaException as exc:
+            reason = exc.args[0].str()
+        failure = _served(admin)  # the error_cb raises for a refusal
+        if failure is None and time.monotonic() >= deadline:
+            failure = KafkaUnreachableError(
+                f"no Kafka broker of {kafka.bootstrap_servers} answered in {timeout_s:g}s "
+                f"({reason}); is Kafka running? `dsh up` starts a local one (or set "
+                "DSH_KAFKA_BOOTSTRAP_SERVERS)"
+            )
+        if failure is not None:
+            del admin
+            raise failure
+        time.sleep(0.1)
 
 
-def partition_ids(partitions: Iterable[TopicPartition]) -> list[int]:
-    """The partition numbers of a rebalance callback's list, sorted: what a log line shows."""
-    return sorted(tp.partition for tp in partitions)
-
-
-# Producers that publish keyed records must place them as Java clients do.
-PRODUCER_PARTITIONER = {"partitioner": "murmur2_random"}
-
-# How long a tailing consumer's fetch may wait at the broker for records. Records (and, for
-# read_committed, the markers that make them visible) complete a waiting fetch at once, so a
-# long wait costs no latency; a short one makes the broker answer an empty fetch every few
-# ms for every idle consumer (bench/idle_fetch_bench.py: two idle consumers cost the broker
-# 13-36 % of a core at 5 ms, under 1 % at 500 ms). Readers that detect the end of a partition keep a
-# short wait of their own: there the wait is the delay before "end of partition" is reported.
-TAIL_FETCH_WAIT = {"fetch.wait.max.ms": 500}
-
-
-def fetched(consumer: Consumer, max_records: int, wait_s: float) -> list[Message]:
-    """Up to ``max_records`` records (and events) the consumer has already fetched, without
-    waiting; on an empty queue, the first one to come within ``wait_s``. ``consume(n, t)``
-    returns only once it has n or t has passed, so a reader to the end of a partition, whose
-    tail never fills the batch, waited out all of t there (200 ms in every restore)."""
-    batch = consumer.consume(max_records, 0)
-    if batch:
-        return batch
-    first = consumer.poll(wait_s)
-    return [first] if first is not None else []
+def _served(admin: AdminClient) -> SessionError | None:
+    try:
+        admin.poll(0)
+    except (KafkaAuthenticationError, KafkaTlsError) as exc:
+        return exc.with_traceback(None)  # its frames would keep the client alive
+    return None

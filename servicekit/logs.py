@@ -22,7 +22,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic_settings import SettingsConfigDict
 
-from deploy.config import ConfigError, StrictSettings
+from servicekit.settings import ConfigError, StrictSettings
 
 _SECRET_WORDS = ("password", "secret", "token", "sasl", "credential")
 # Attributes every LogRecord has; anything else on a record came from ``extra``.

@@ -1,0 +1,18 @@
+"""Redis clients built from ``RedisSettings``: the one place a service makes one."""
+
+from __future__ import annotations
+
+import redis
+
+from servicekit.settings import RedisSettings
+
+RedisClient = redis.Redis | redis.RedisCluster
+
+
+def redis_client(settings: RedisSettings) -> RedisClient:
+    """One Redis, or a Redis Cluster (``DSH_REDIS_CLUSTER``): redis-py's ``RedisCluster`` reads
+    the slot map from the seed node of the URL and keeps a connection pool per node."""
+    url, kwargs = settings.url.get_secret_value(), settings.client_kwargs()
+    if settings.cluster:
+        return redis.RedisCluster.from_url(url, **kwargs)
+    return redis.Redis.from_url(url, **kwargs)
