@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from bench.writer_bench import bench_parser, message, percentile, start_writer
 from deploy.local.processes import free_ports
 from producers import SessionClient, draft
-from producers.restore import restore_partition
+from producers.writer.restore import restore_partition
 from servicekit import kafka_clients
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings

@@ -1,7 +1,7 @@
 """The writer's per-command work without Kafka: decode, validate with the core, assemble the
-event and reply records (``Writer._handle``), in process, timed by CPU. The producer is a
-null sink, so this is the Python share of the writer's cost per event; the wall-clock
-benchmark with the broker is ``bench.writer_bench``.
+event and reply records (``CommandHandler.handle``), in process, timed by CPU. The
+transaction's producer is a null sink, so this is the Python share of the writer's cost per
+event; the wall-clock benchmark with the broker is ``bench.writer_bench``.
 
     .venv/bin/python -m bench.writer_hot_path [--per-command 10] [--events 30000] [--runs 5]
 """
@@ -16,19 +16,22 @@ from typing import Any
 
 from bench.writer_bench import message
 from producers import draft
-from producers.settings import WriterSettings
-from producers.state import PartitionState
-from producers.writer import Writer, _Transaction
+from producers.writer.commands import CommandHandler, Placement
+from producers.writer.settings import WriterSettings
+from producers.writer.snapshots import Snapshots
+from producers.writer.state import Limits, PartitionState
+from producers.writer.transaction import Transaction
 from schemas import AppendCommand, encode_command
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
+from servicekit.topics import Topics
 
 PARTITIONS = 8
 BATCH = 100  # commands per transaction
 
 
 class _Record:
-    """What ``_handle`` reads of a consumed command record."""
+    """What ``handle`` reads of a consumed command record."""
 
     __slots__ = ("_key", "_offset", "_partition", "_value")
 
@@ -47,6 +50,9 @@ class _Record:
     def offset(self) -> int:
         return self._offset
 
+    def topic(self) -> str:
+        return "commands"
+
     def headers(self) -> list[tuple[str, bytes]]:
         return []
 
@@ -57,11 +63,19 @@ class _NullProducer:
 
 
 def run_once(per_command: int, events: int, sessions: int) -> float:
-    """CPU µs per event of ``_handle`` over fresh state."""
-    writer = Writer(KafkaSettings(bootstrap_servers="unused:1"), WriterSettings(metrics_port=0))
-    writer._producer = _NullProducer()  # type: ignore[assignment]
-    writer._partition_count = writer._reply_partitions = PARTITIONS
-    writer.partitions = {p: PartitionState(p) for p in range(PARTITIONS)}
+    """CPU µs per event of ``handle`` over fresh state."""
+    settings = WriterSettings(metrics_port=0)
+    topics = Topics.of(KafkaSettings(bootstrap_servers="unused:1"))
+    snapshots = Snapshots(
+        topics.snapshots,
+        snapshot_every=settings.snapshot_every,
+        checkpoint_every=settings.checkpoint_every,
+        max_snapshot_bytes=settings.max_snapshot_bytes,
+        events_end=lambda _: 0,
+    )
+    limits = Limits(settings.max_event_bytes, settings.max_command_bytes)
+    handler = CommandHandler(topics, Placement(PARTITIONS, PARTITIONS), limits, snapshots)
+    partitions = {p: PartitionState(p) for p in range(PARTITIONS)}
     ids = [f"hot-{i}" for i in range(sessions)]
     records = []
     for i in range(events // per_command):
@@ -76,10 +90,11 @@ def run_once(per_command: int, events: int, sessions: int) -> float:
     gc.set_threshold(WriterSettings().gc_threshold, *old[1:])  # as the service runs
     try:
         started = time.process_time()
+        txn = Transaction(0, _NullProducer())  # type: ignore[arg-type]
         for i, record in enumerate(records):
             if i % BATCH == 0:  # a transaction's journal lives as long as its batch
-                writer._building = _Transaction(0, {}, [], {})
-            writer._handle(record, writer.partitions[record.partition()])  # type: ignore[arg-type]
+                txn = Transaction(0, _NullProducer())  # type: ignore[arg-type]
+            handler.handle(record, partitions[record.partition()], txn)
         return (time.process_time() - started) / events * 1e6
     finally:
         gc.set_threshold(*old)
@@ -93,9 +108,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     runs = [run_once(args.per_command, args.events, args.sessions) for _ in range(args.runs)]
+    each = ", ".join(f"{r:.1f}" for r in runs)
     print(
-        f"writer _handle, {args.per_command} per command: median {statistics.median(runs):.1f} "
-        f"µs CPU per event (runs: {', '.join(f'{r:.1f}' for r in runs)})"
+        f"writer CommandHandler.handle, {args.per_command} per command: median "
+        f"{statistics.median(runs):.1f} µs CPU per event (runs: {each})"
     )
 
 

@@ -50,8 +50,9 @@ def serve_writer(log_level: str = "INFO") -> int:
     """``dsh writer``: settings from the environment, /metrics, signals, the loop."""
     from prometheus_client import start_http_server
 
-    from producers.settings import WriterSettings
     from producers.writer import Writer
+    from producers.writer.failpoints import Failpoints
+    from producers.writer.settings import WriterSettings
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -60,7 +61,7 @@ def serve_writer(log_level: str = "INFO") -> int:
     # the cycle collector rescans them over and over and finds nothing (docs/benchmarks.md).
     gc.set_threshold(100_000, 50, 100)
     settings = WriterSettings()
-    writer = Writer(KafkaSettings(), settings)
+    writer = Writer(KafkaSettings(), settings, failpoints=Failpoints(settings.failpoint))
     if settings.metrics_port:
         start_http_server(settings.metrics_port)
 

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any, cast
 import dsh
 from dsh.errors import ValidationError, register_error
 from dsh.projections import Interpreter
-from producers.state import use_interpreters
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -89,9 +88,9 @@ class DshAgentsSession:
         self.client = client
         self.source = {"kind": "model", "provider": provider, "model": model}
         self.timeout_s = timeout_s
-        # A session that logged a message projection restores only with its interpreter.
-        if interpreters:
-            use_interpreters(interpreters)
+        # A session that logged a message projection restores only with its interpreter
+        # (None: the client's own).
+        self._interpreters = interpreters
         self._local: dsh.Session | None = None
         self._lock = asyncio.Lock()
 
@@ -173,7 +172,9 @@ class DshAgentsSession:
 
     async def _session(self) -> dsh.Session:
         if self._local is None:
-            self._local = await asyncio.to_thread(self.client.read, self.session_id)
+            self._local = await asyncio.to_thread(
+                self.client.read, self.session_id, None, self._interpreters
+            )
         return self._local
 
     async def _send(self, futures: Sequence[Future[Any]]) -> None:

@@ -1,4 +1,4 @@
-"""Prometheus metrics of ``SessionClient`` (the writer has its own: ``producers.metrics``)."""
+"""Prometheus metrics of ``SessionClient`` (the writer's are ``producers.writer.metrics``)."""
 
 from __future__ import annotations
 

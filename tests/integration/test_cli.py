@@ -238,7 +238,7 @@ def test_errors_name_the_fix(pipeline: Pipeline) -> None:
     missing = _dsh({**env, "DSH_KAFKA_TOPIC_PREFIX": "nobody.made.these"}, "replay", "--json")
     assert missing.returncode == 1
     assert "dsh: error [TOPIC_MISSING]" in missing.stderr
-    assert "create topics with `dsh up`" in missing.stderr
+    assert "`dsh up` creates them" in missing.stderr and "DSH_KAFKA_TOPIC_PREFIX" in missing.stderr
 
     no_redis = _dsh({**env, "DSH_REDIS_URL": f"redis://127.0.0.1:{dead}/0"}, "show", "audit", "x")
     assert no_redis.returncode == 1

@@ -25,8 +25,8 @@ import pytest
 
 import dsh
 from producers import SessionClient
-from producers.state import PartitionState, SessionState
 from producers.writer import Writer
+from producers.writer.state import PartitionState, SessionState
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     REPO,

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError
 from prometheus_client import REGISTRY
 
-from producers import metrics
+from producers.writer import metrics
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     SESSIONS,

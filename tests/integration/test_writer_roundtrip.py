@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
 import dsh
-import producers.restore as restore_module
-import producers.writer as writer_module
+import producers.writer.restore as restore_module
+import producers.writer.snapshots as snapshots_module
 from producers import (
     AppendTimeoutError,
     ConflictError,
@@ -25,8 +25,9 @@ from producers import (
     WrongPartitionError,
     draft,
 )
-from producers.wire import committed_reply
-from producers.writer import Writer, unfenced
+from producers.writer import Writer
+from producers.writer.recovery import unfenced
+from producers.writer.wire import committed_reply
 from schemas import (
     AppendCommand,
     AppendReply,
@@ -333,7 +334,7 @@ def test_a_checkpoint_spread_over_batches_restores_every_session(
 ) -> None:
     """With a tiny per-batch snapshot budget a checkpoint takes several transactions to write;
     a restore from it still has every session, whatever batch snapshotted it."""
-    monkeypatch.setattr(writer_module, "CHECKPOINT_BYTES_PER_BATCH", 1)  # one session a batch
+    monkeypatch.setattr(snapshots_module, "CHECKPOINT_BYTES_PER_BATCH", 1)  # one session a batch
     tag = uuid.uuid4().hex[:8]
     home = 0
     candidates = (f"spread-{tag}-{i}" for i in range(400))

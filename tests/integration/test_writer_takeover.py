@@ -1,5 +1,5 @@
 """A new owner does not wait out a dead writer's open transaction: it fences the writers named
-in the offsets' metadata that have left the group (producers/takeover.py), against the real
+in the offsets' metadata that have left the group (producers/writer/takeover.py), against the real
 broker. A writer still in the group is never fenced."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from producers import SessionClient
-from producers.takeover import (
+from producers.writer.takeover import (
     fence_stuck_owners,
     offsets_metadata,
     parse_offsets_metadata,

@@ -20,8 +20,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 import dsh
 from producers import SessionClient
-from producers.settings import WriterSettings
 from producers.writer import Writer
+from producers.writer.commands import CommandHandler
+from producers.writer.pipeline import Pipeline
+from producers.writer.settings import WriterSettings
 from schemas import draft
 from servicekit import kafka_clients
 from servicekit.partitioning import partition_for
@@ -288,9 +290,9 @@ APPENDS = 30
 
 
 class CommitProbe:
-    """Wraps ``Writer._commit`` (slowed down, so the overlap is wide enough to see) and
-    ``Writer._handle``, recording when each ran; optionally fails one commit with ``error``
-    before it reaches the broker (its transaction stays open there)."""
+    """Wraps ``Pipeline._commit`` (slowed down, so the overlap is wide enough to see) and
+    ``CommandHandler.handle``, recording when each ran; optionally fails one commit with
+    ``error`` before it reaches the broker (its transaction stays open there)."""
 
     def __init__(
         self,
@@ -302,9 +304,9 @@ class CommitProbe:
         self.handled: list[float] = []
         self._lock = threading.Lock()
         self._count = 0
-        commit, handle = Writer._commit, Writer._handle
+        commit, handle = Pipeline._commit, CommandHandler.handle
 
-        def slow_commit(writer: Writer, producer: Any, *args: Any) -> None:
+        def slow_commit(pipeline: Pipeline, producer: Any, *args: Any) -> None:
             with self._lock:
                 self._count += 1
                 n = self._count
@@ -312,15 +314,15 @@ class CommitProbe:
             time.sleep(0.05)
             if n == fail_commit:
                 raise KafkaException(KafkaError(error, "failed on purpose"))
-            commit(writer, producer, *args)
+            commit(pipeline, producer, *args)
             self.commits.append((started, time.monotonic()))
 
-        def timed_handle(writer: Writer, *args: Any) -> None:
+        def timed_handle(handler: CommandHandler, *args: Any) -> None:
             self.handled.append(time.monotonic())
-            handle(writer, *args)
+            handle(handler, *args)
 
-        monkeypatch.setattr(Writer, "_commit", slow_commit)
-        monkeypatch.setattr(Writer, "_handle", timed_handle)
+        monkeypatch.setattr(Pipeline, "_commit", slow_commit)
+        monkeypatch.setattr(CommandHandler, "handle", timed_handle)
 
     def handled_while_committing(self) -> int:
         return sum(any(a < t < b for a, b in self.commits) for t in self.handled)

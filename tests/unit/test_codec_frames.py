@@ -1,7 +1,8 @@
 """``schemas.frames``: an event assembled from its command's draft bytes is byte for byte the
 event the codec writes, the command decodes to the same values (drafts' data frozen), and
 anything unusual falls back to the codec with the codec's own errors. Also the writer's
-snapshot assembled from those bytes (``producers.wire.snapshot_value``) equals the codec's."""
+snapshot assembled from those bytes (``producers.writer.wire.snapshot_value``) equals the
+codec's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 import schemas
 from dsh.json_snapshot import FrozenDict, FrozenList, freeze
-from producers.wire import answered_request, snapshot_value
+from producers.writer.wire import answered_request, snapshot_value
 from schemas import AnsweredRequest, AppendCommand, WriterSnapshot
 from schemas.errors import CodecError
 from schemas.frames import SPLICEABLE, decode_command_frames, event_prefix, event_value

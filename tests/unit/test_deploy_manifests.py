@@ -24,11 +24,12 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-import producers.metrics
+import producers.client_metrics
+import producers.writer.metrics
 import projectors.metrics
 from cli import build_parser
 from deploy.local.settings import LocalStackSettings
-from producers.settings import WriterSettings
+from producers.writer.settings import WriterSettings
 from projectors.catalog import PROJECTIONS
 from projectors.settings import ProjectorSettings
 from servicekit.settings import KafkaSettings, RedisSettings, StrictSettings
@@ -251,7 +252,7 @@ def test_each_projection_runs_in_compose_and_in_k8s() -> None:
 def exported_metrics() -> dict[str, set[str]]:
     """Sample names the services expose, mapped to their label names."""
     found: dict[str, set[str]] = {}
-    for module in (producers.metrics, projectors.metrics):
+    for module in (producers.writer.metrics, producers.client_metrics, projectors.metrics):
         for value in vars(module).values():
             if not isinstance(value, MetricWrapperBase):
                 continue

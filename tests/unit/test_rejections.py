@@ -1,4 +1,4 @@
-"""The rejection memory of a partition (producers/rejections.py) without Kafka: what a
+"""The rejection memory of a partition (producers/writer/rejections.py) without Kafka: what a
 transaction adds is kept only once it commits, the ring keeps the last ``slots`` slots, and a
 restore rebuilds the same memory from the slot records, whatever their order."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dsh.errors import InvariantError
 from producers.errors import ConflictError
-from producers.rejections import SLOT_ENTRIES, Rejections, Slot, slot_key
+from producers.writer.rejections import SLOT_ENTRIES, Rejections, Slot, slot_key
 
 
 def _error(n: int) -> ConflictError:

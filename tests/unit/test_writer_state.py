@@ -1,4 +1,4 @@
-"""The writer's in-memory partition state (``producers.state``), without Kafka: commands
+"""The writer's in-memory partition state (``producers.writer.state``), without Kafka: commands
 applied all-or-nothing, retries answered from the log, and the snapshot assembled from the
 events' topic bytes equal to the codec's encoding of the session, whichever bytes are known."""
 
@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
-import producers.state
+import producers.writer.state
 import schemas
-from producers.state import (
+from producers.writer.state import (
     Limits,
     Outcome,
     PartitionState,
@@ -19,7 +19,7 @@ from producers.state import (
     rebuild,
     without_traceback,
 )
-from producers.wire import answered_request
+from producers.writer.wire import answered_request
 from schemas import AnsweredRequest, AppendCommand, WriterSnapshot
 
 LIMITS = Limits(1 << 20, 1 << 20)
@@ -73,7 +73,7 @@ def test_snapshot_encodes_bytes_it_does_not_know_and_keeps_them() -> None:
     _apply(state, "r1", _user(0), _user(1), _user(2))
     session = state.sessions["s"]
     # As after a restore from a snapshot: the session is there, its bytes are not.
-    restored = SessionState(rebuild("s", session.session.events()), dict(session.requests))
+    restored = SessionState(rebuild("s", session.session.events(), {}), dict(session.requests))
     restored.values = [None, session.values[1]]
     assert restored.snapshot() == _codec_snapshot(restored)
     assert restored.values == session.values
@@ -156,7 +156,7 @@ def test_a_fault_in_the_core_is_logged_with_its_traceback_and_rejected_as_intern
     def broken(session: object, draft: object) -> None:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(producers.state, "_append", broken)
+    monkeypatch.setattr(producers.writer.state, "_append", broken)
     state = PartitionState(0)
     with caplog.at_level(logging.ERROR, logger="dsh.writer"):
         outcome = _rejected(state, AppendCommand("r1", "client", "s", (_user(0),)))

@@ -18,8 +18,8 @@ from dsh.event import SESSION_FORMAT_VERSION
 from dsh.projections import Interpreter
 from dsh.restore import restore
 from producers.errors import ConflictError, MalformedCommandError, PayloadTooLargeError
-from producers.rejections import Rejections
-from producers.wire import answered_request, snapshot_value
+from producers.writer.rejections import Rejections
+from producers.writer.wire import answered_request, snapshot_value
 from schemas import AppendCommand, default_store, encode_event
 from schemas.codec import HEADER_SIZE
 from schemas.store import SESSION_EVENT
@@ -65,22 +65,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-# Message-projection interpreters of this process (DSH_WRITER_PROJECTIONS): the core refuses
-# to append or restore a projection event without its interpreter, so every session this
-# process creates or restores gets them.
-INTERPRETERS: dict[str, Interpreter] = {}
-
-
-def use_interpreters(interpreters: Mapping[str, Interpreter]) -> None:
-    """Replace (not merge) the set: a writer built later in the same process, e.g. in tests,
-    must not inherit an interpreter its settings do not name."""
-    INTERPRETERS.clear()
-    INTERPRETERS.update(interpreters)
-
-
-def new_session(session_id: str) -> dsh.Session:
+def new_session(session_id: str, interpreters: Mapping[str, Interpreter]) -> dsh.Session:
+    """A new session of this writer. Its message-projection interpreters are the writer's
+    (``DSH_WRITER_PROJECTIONS``): the core refuses a projection event it has none for."""
     session = dsh.Session(session_id, clock=wall_clock_ms)
-    for event_type, interpreter in INTERPRETERS.items():
+    for event_type, interpreter in interpreters.items():
         session.register_message_projection(event_type, interpreter)
     return session
 
@@ -149,17 +138,23 @@ class Limits:
     max_command_bytes: int
 
 
-def rebuild(session_id: str, events: Iterable[dsh.Event | dict[str, Any]]) -> dsh.Session:
+def rebuild(
+    session_id: str,
+    events: Iterable[dsh.Event | dict[str, Any]],
+    interpreters: Mapping[str, Interpreter],
+) -> dsh.Session:
     """The session exactly as logged: no end-of-session marker, unlike ``from_restore``,
     because the writer continues the log rather than starting a new process on it."""
     return restore(
-        dsh.Session(session_id, clock=wall_clock_ms), events, INTERPRETERS, mark_end=False
+        dsh.Session(session_id, clock=wall_clock_ms), events, interpreters, mark_end=False
     )
 
 
 @dataclass
 class PartitionState:
     partition: int
+    # The writer's message-projection interpreters, for the sessions it creates or rebuilds.
+    interpreters: Mapping[str, Interpreter] = field(default_factory=dict)
     sessions: dict[str, SessionState] = field(default_factory=dict)
     # Sessions whose log does not restore: every command for them gets this error.
     broken: dict[str, SessionError] = field(default_factory=dict)
@@ -170,13 +165,13 @@ class PartitionState:
     # A checkpoint in progress: its events offset and the sessions still to snapshot for it.
     checkpoint: tuple[int, list[str]] | None = None
 
-    # Requests rejected recently: a retry gets the same rejection (producers/rejections.py).
+    # Requests rejected recently: a retry gets the same rejection (producers/writer/rejections.py).
     rejections: Rejections = field(default_factory=Rejections)
 
     def session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)
         if state is None:
-            state = SessionState(new_session(session_id))
+            state = SessionState(new_session(session_id, self.interpreters))
             self.sessions[session_id] = state
         return state
 
@@ -208,7 +203,9 @@ class PartitionState:
             if len(session) > before:
                 # All-or-nothing: the core appends one event at a time, so a command failing
                 # part-way is undone by restoring the session from its events before it.
-                state.session = rebuild(command.session_id, session.events(0, before))
+                state.session = rebuild(
+                    command.session_id, session.events(0, before), self.interpreters
+                )
             if not isinstance(exc, SessionError):
                 # Not a rejection but a fault in the core: the client gets INTERNAL, the
                 # operator the traceback.
@@ -233,7 +230,9 @@ class PartitionState:
         once encoded); rare, so it simply restores the session from the events before it."""
         state = self.sessions[command.session_id]
         first = outcome.events[0].seq
-        state.session = rebuild(command.session_id, state.session.events(0, first))
+        state.session = rebuild(
+            command.session_id, state.session.events(0, first), self.interpreters
+        )
         del state.values[first:]
         del state.requests[command.request_id]
         state.clients.pop(command.request_id, None)

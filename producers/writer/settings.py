@@ -33,7 +33,7 @@ class WriterSettings(StrictSettings):
     # A restore waits for transactions a dead owner left open; they end at its timeout.
     restore_timeout_ms: Annotated[int, Field(ge=1000)] = 120_000
     # After this long waiting for such a transaction, fence the writers that hold it and have
-    # left the group, so it is aborted at once (producers/takeover.py). 0: wait it out.
+    # left the group, so it is aborted at once (producers/writer/takeover.py). 0: wait it out.
     fence_after_ms: Annotated[int, Field(ge=0)] = 2_000
     # Events per session between snapshots (0: never). A snapshot holds the whole session.
     snapshot_every: Annotated[int, Field(ge=0)] = 1000

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from producers import metrics
+from producers.writer import metrics
 from servicekit import kafka_clients
 from servicekit.kafka_clients import partition_ids
 from servicekit.settings import KafkaSettings

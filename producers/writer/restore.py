@@ -8,13 +8,15 @@ never serves from a log that may still grow behind its back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, Message
 
 from dsh.errors import SessionError
-from producers.rejections import DEFAULT_SLOTS, Rejections, Slot, is_slot_key
-from producers.state import (
+from dsh.projections import Interpreter
+from producers.writer.rejections import DEFAULT_SLOTS, Rejections, Slot, is_slot_key
+from producers.writer.state import (
     PartitionState,
     SessionState,
     rebuild,
@@ -40,6 +42,7 @@ def restore_partition(
     partition: int,
     timeout_s: float,
     *,
+    interpreters: Mapping[str, Interpreter] | None = None,
     use_snapshots: bool = True,
     rejection_slots: int = DEFAULT_SLOTS,
     _slots: list[Slot] | None = None,
@@ -47,7 +50,7 @@ def restore_partition(
     """Sessions of the partition from their latest snapshots plus the events after the last
     checkpoint. A checkpoint at events offset X promises that every session with an event
     below X has a snapshot covering those events, so the events topic is read from X only.
-    The remembered rejections come from the same topic (``producers.rejections``)."""
+    The remembered rejections come from the same topic (``producers.writer.rejections``)."""
     events_topic, snapshots_topic = topics
     snapshots: dict[str, WriterSnapshot] = {}
     slots: list[Slot] = [] if _slots is None else _slots
@@ -75,7 +78,10 @@ def restore_partition(
     logs: dict[str, list[dict[str, Any]]] = {}
     values: dict[str, list[bytes | None]] = {}
     request_ids: dict[str, list[str | None]] = {}
-    state = PartitionState(partition, restored_from=start, rejections=Rejections(rejection_slots))
+    interpreters = interpreters or {}
+    state = PartitionState(
+        partition, interpreters, restored_from=start, rejections=Rejections(rejection_slots)
+    )
     ranges = {partition: (start or None, end)}  # from its first offset unless checkpointed
     for message in read_partitions(reader, events_topic, ranges, timeout_s):
         try:
@@ -107,12 +113,13 @@ def restore_partition(
                 topics,
                 partition,
                 timeout_s,
+                interpreters=interpreters,
                 use_snapshots=False,
                 rejection_slots=rejection_slots,
                 _slots=slots,
             )
         try:
-            session = rebuild(session_id, head + tail)
+            session = rebuild(session_id, head + tail, interpreters)
         except SessionError as exc:
             state.broken[session_id] = without_traceback(exc)
             continue

@@ -1,0 +1,228 @@
+"""One command in, its outcome and records out: the writer's decisions, with no Kafka client.
+
+For each command record the :class:`CommandHandler` decodes it (undecodable: a dead letter),
+checks where it came from (key, partition, tenant), answers a retry from the log or from the
+remembered rejection, applies it to the partition's in-memory sessions (the core validates),
+and puts the events, the reply and any snapshot into the open transaction's
+:class:`~producers.writer.journal.Outbox`. The writer keeps the change only once that
+transaction commits; otherwise it restores the partition from the log.
+``tests/unit/test_writer_commands.py`` tables it against a list outbox.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dsh.errors import SessionError
+from producers.errors import MalformedCommandError, PayloadTooLargeError, WrongPartitionError
+from producers.tenancy import Tenancy
+from producers.writer import metrics
+from producers.writer.failpoints import NONE, Failpoints
+from producers.writer.journal import REPLY, Outbox
+from producers.writer.snapshots import Snapshots
+from producers.writer.state import Limits, Outcome, PartitionState
+from producers.writer.wire import committed_reply, event_wire
+from schemas import AppendCommand, AppendReply, encode_event, encode_reply
+from schemas.frames import DraftFrame, decode_command_frames, event_prefix, event_value
+from servicekit.dlq import dead_letter_headers, source_of
+from servicekit.partitioning import partition_for
+from servicekit.topics import Topics
+
+log = logging.getLogger("dsh.writer")
+
+
+class CommandRecord(Protocol):
+    """What the handler reads of a command's record (a ``confluent_kafka.Message`` is one)."""
+
+    def value(self) -> bytes | None: ...
+    def key(self) -> bytes | None: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def headers(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Partition counts of the commands (= events, snapshots) topic and of the replies topic."""
+
+    partitions: int
+    reply_partitions: int
+
+
+class CommandHandler:
+    def __init__(
+        self,
+        topics: Topics,
+        placement: Placement,
+        limits: Limits,
+        snapshots: Snapshots,
+        tenancy: Tenancy | None = None,
+        failpoints: Failpoints = NONE,
+    ) -> None:
+        self.topics = topics
+        self.placement = placement
+        self.limits = limits
+        self.snapshots = snapshots
+        self.tenancy = tenancy or Tenancy()
+        self.failpoints = failpoints
+        # murmur2 in Python costs more than the rest of routing a command; ids repeat a lot.
+        self._partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
+
+    def handle(self, record: CommandRecord, state: PartitionState, outbox: Outbox) -> None:
+        """Decide one command of ``state``'s partition and put what it publishes in
+        ``outbox``."""
+        value = record.value() or b""
+        try:
+            command, frames = decode_command_frames(value)
+        except SessionError as exc:
+            self._dead_letter(record, exc, outbox)
+            return
+        outcome = self._decide(record, command, state, len(value))
+        self.failpoints.command(command.request_id)
+        sid = command.session_id
+        values: list[bytes] = []
+        if outcome.new:
+            session_state = state.sessions[sid]
+            if frames is not None and session_state.prefix is None:
+                session_state.prefix = event_prefix(sid)
+            values = self._event_values(command, frames, outcome, session_state.prefix)
+            too_big = [
+                (ev, len(v))
+                for ev, v in zip(outcome.events, values, strict=True)
+                if len(v) > self.limits.max_event_bytes
+            ]
+            if too_big:
+                state.undo(command, outcome)
+                ev, size = too_big[0]
+                values = []
+                too_large = PayloadTooLargeError(
+                    f"request {command.request_id!r}: event {ev.type} would be {size} "
+                    f"bytes, the limit is {self.limits.max_event_bytes}",
+                    code="EVENT_TOO_LARGE",
+                )
+                outcome = Outcome(error=too_large)
+                state.rejections.add(sid, command.request_id, too_large)
+            else:
+                session_state.values.extend(values)
+                put, events, key = outbox.put, self.topics.events, sid.encode()
+                p = state.partition
+                request_id = command.request_id.encode()
+                for ev, v in zip(outcome.events, values, strict=True):
+                    put(p, events, v, key, p, ev.type, request_id)
+                self.snapshots.after_command(state, sid, outbox)
+        elif outcome.error is None and outcome.events:  # a retry, answered from the log
+            first = outcome.events[0].seq
+            values = state.sessions[sid].event_values(first, first + len(outcome.events))
+        self._reply(state.partition, command, outcome, values, outbox)
+
+    def _decide(
+        self, record: CommandRecord, command: AppendCommand, state: PartitionState, size: int
+    ) -> Outcome:
+        if record.key() != command.session_id.encode():
+            return Outcome(
+                error=MalformedCommandError(
+                    f"request {command.request_id!r}: record key {record.key()!r} is not the "
+                    f"session id {command.session_id!r}"
+                )
+            )
+        home = self._partition_of(command.session_id, self.placement.partitions)
+        if home != record.partition():
+            return Outcome(
+                error=WrongPartitionError(
+                    f"request {command.request_id!r}: session {command.session_id!r} lives on "
+                    f"partition {home}, the command came on {record.partition()}; produce "
+                    "commands with Kafka's default (murmur2) partitioner"
+                )
+            )
+        if self.tenancy.enabled:
+            denied = self.tenancy.check(
+                record.headers(), command.request_id, command.session_id, record.value() or b""
+            )
+            if denied is not None:
+                return Outcome(error=denied)
+        # Checked after the tenant: a rejection is only ever repeated to the one allowed to
+        # write the session, and only rejections that depend on the session are remembered
+        # (the ones above depend on who sent the command, or where, and recur on a retry).
+        remembered = state.rejections.get(command.session_id, command.request_id)
+        if remembered is not None:
+            return Outcome(error=remembered, repeated=True)
+        outcome = state.apply(command, size, self.limits)
+        if outcome.error is not None and command.session_id not in state.broken:
+            state.rejections.add(command.session_id, command.request_id, outcome.error)
+        return outcome
+
+    @staticmethod
+    def _event_values(
+        command: AppendCommand,
+        frames: Sequence[DraftFrame] | None,
+        outcome: Outcome,
+        prefix: bytes | None = None,
+    ) -> list[bytes]:
+        """The events' topic values: assembled from the command's own bytes when it came in
+        the current schema (see ``schemas.frames``), else encoded from the values.
+        ``prefix``: the session's ``event_prefix``, if the caller keeps it."""
+        sid = command.session_id
+        if frames is not None:
+            prefix = prefix or event_prefix(sid)
+            return [
+                event_value(prefix, f, ev.seq, ev.time)
+                for f, ev in zip(frames, outcome.events, strict=True)
+            ]
+        return [
+            encode_event(event_wire(d, ev), sid)
+            for d, ev in zip(command.events, outcome.events, strict=True)
+        ]
+
+    def _reply(
+        self,
+        serves: int,
+        command: AppendCommand,
+        outcome: Outcome,
+        values: list[bytes],
+        outbox: Outbox,
+    ) -> None:
+        rid, cid, sid = command.request_id, command.client_id, command.session_id
+        if outcome.error is not None:
+            value = encode_reply(AppendReply.rejected(rid, cid, sid, outcome.error))
+            first = command.events[0].get("type", "?") if command.events else "?"
+            if outcome.repeated:  # the rejection was counted when it was made
+                metrics.appends(str(first), "duplicate").inc()
+            else:
+                metrics.REJECTED.labels(type(outcome.error).__name__, outcome.error.code).inc()
+                metrics.appends(str(first), "rejected").inc()
+        else:
+            value = committed_reply(rid, cid, sid, values)
+            result = "committed" if outcome.new else "duplicate"
+            events = outcome.events
+            first_type = events[0].type
+            if all(ev.type == first_type for ev in events):
+                metrics.appends(first_type, result).inc(len(events))
+            else:
+                for ev in events:
+                    metrics.appends(ev.type, result).inc()
+        reply_partition = self._partition_of(cid, self.placement.reply_partitions)
+        outbox.put(
+            serves, self.topics.replies, value, cid.encode(), reply_partition, REPLY, rid.encode()
+        )
+
+    def _dead_letter(self, record: CommandRecord, exc: SessionError, outbox: Outbox) -> None:
+        partition, offset = record.partition() or 0, record.offset() or 0
+        source = source_of(record.topic() or "", partition, offset)
+        log.warning(
+            "undecodable command at %s: %s",
+            source,
+            exc,
+            extra={
+                "partition": partition,
+                "session": (record.key() or b"").decode("utf-8", "replace"),
+            },
+        )
+        headers = dead_letter_headers("writer", exc, source, record.headers())
+        # -1: the partitioner's choice, by key.
+        outbox.put(partition, self.topics.dlq, record.value(), record.key(), -1, headers)
+        metrics.DLQ.inc()

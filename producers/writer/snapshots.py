@@ -1,0 +1,120 @@
+"""Snapshots and checkpoints: what lets a writer restore a partition from the snapshots topic
+plus a tail of the events topic instead of the whole partition (:mod:`.restore`).
+
+A session is snapshotted every ``snapshot_every`` of its events. Every ``checkpoint_every``
+events of a partition, a checkpoint records an events offset X below which snapshots cover
+everything: a restore reads the events topic from X on. The batch's remembered rejections go
+to the same topic (:mod:`.rejections`). Everything here goes into the open transaction
+through an :class:`~producers.writer.journal.Outbox`; no Kafka client is involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from producers.writer import metrics
+from producers.writer.journal import SNAPSHOT, Outbox
+from producers.writer.restore import CHECKPOINT_KEY
+from producers.writer.state import PartitionState
+from schemas import WriterSnapshot, encode_snapshot
+
+# Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
+CHECKPOINT_BYTES_PER_BATCH = 1 << 20
+
+
+class Snapshots:
+    def __init__(
+        self,
+        topic: str,
+        *,
+        snapshot_every: int,
+        checkpoint_every: int,
+        max_snapshot_bytes: int,
+        events_end: Callable[[int], int],
+    ) -> None:
+        """``topic``: the snapshots topic; ``events_end(p)``: the end of events partition p
+        now (its high watermark), the offset a checkpoint records."""
+        self.topic = topic
+        self.snapshot_every = snapshot_every
+        self.checkpoint_every = checkpoint_every
+        self.max_snapshot_bytes = max_snapshot_bytes
+        self.events_end = events_end
+
+    def after_command(self, state: PartitionState, session_id: str, outbox: Outbox) -> None:
+        """A command of the session was applied: snapshot it if its time has come."""
+        every = self.snapshot_every
+        if every and state.sessions[session_id].events_since_snapshot >= every:
+            self._snapshot(state, session_id, outbox)
+
+    def after_batch(self, state: PartitionState, outbox: Outbox) -> None:
+        """The batch's commands of the partition are applied: stage its rejections, then go on
+        with a checkpoint. After the commands, so that what this transaction snapshots covers
+        its own events."""
+        self._stage_rejections(state, outbox)
+        self._checkpoint(state, outbox)
+
+    def _stage_rejections(self, state: PartitionState, outbox: Outbox) -> None:
+        """The batch's rejections into the transaction, so a retry gets them after a restore
+        too; the memory keeps them once the transaction commits."""
+        for key, slot in state.rejections.stage():
+            value = encode_snapshot(
+                WriterSnapshot(f"rejected/{state.partition}", (), state=slot.state())
+            )
+            outbox.put(state.partition, self.topic, value, key, state.partition, SNAPSHOT)
+
+    def _snapshot(self, state: PartitionState, session_id: str, outbox: Outbox) -> int | None:
+        """Produce the session's snapshot; its size, or None when it is too large to keep."""
+        session_state = state.sessions[session_id]
+        value = session_state.snapshot()
+        if len(value) > self.max_snapshot_bytes:
+            # Snapshots only speed restores up; the events topic alone restores correctly.
+            # Try again N events later, not on every append: encoding the whole session each
+            # time would make appends cost the session's length.
+            session_state.events_since_snapshot = 0
+            metrics.SNAPSHOTS.labels("skipped").inc()
+            return None
+        outbox.put(
+            state.partition, self.topic, value, session_id.encode(), state.partition, SNAPSHOT
+        )
+        session_state.events_since_snapshot = 0
+        state.dirty.discard(session_id)
+        metrics.SNAPSHOTS.labels("written").inc()
+        return len(value)
+
+    def _checkpoint(self, state: PartitionState, outbox: Outbox) -> None:
+        """Every ``checkpoint_every`` events X is taken (the partition's end now) together
+        with the sessions that have events no snapshot covers; those are snapshotted a few per
+        batch (``CHECKPOINT_BYTES_PER_BATCH``) rather than all in one transaction, which would
+        stall every command behind megabytes of snapshots; once the last is written, so is
+        the checkpoint."""
+        if state.checkpoint is None:
+            every = self.checkpoint_every
+            if not every or state.events_since_checkpoint < every:
+                return
+            if state.broken:
+                # A session whose log does not restore has no snapshot: past a checkpoint, a
+                # restore would not see its events at all and take it for a new session.
+                return
+            offset = self.events_end(state.partition)
+            # Popped from the end: sorted in reverse, so sessions go in id order.
+            state.checkpoint = (offset, sorted(state.dirty, reverse=True))
+            state.events_since_checkpoint = 0
+        offset, uncovered = state.checkpoint
+        budget = CHECKPOINT_BYTES_PER_BATCH
+        while uncovered and budget > 0:
+            session_id = uncovered.pop()
+            if session_id not in state.dirty:
+                continue  # snapshotted since, on its own schedule
+            size = self._snapshot(state, session_id, outbox)
+            if size is None:
+                state.checkpoint = None  # a session too large to snapshot: no promise
+                return
+            budget -= size
+        if uncovered:
+            return
+        state.checkpoint = None
+        value = encode_snapshot(
+            WriterSnapshot(f"checkpoint/{state.partition}", (), state={"eventsOffset": offset})
+        )
+        outbox.put(state.partition, self.topic, value, CHECKPOINT_KEY, state.partition, SNAPSHOT)
+        metrics.SNAPSHOTS.labels("checkpoint").inc()

@@ -1,0 +1,270 @@
+"""The writer's command handler without Kafka (``producers/writer/commands.py``): one command
+record in, the records it puts into the transaction out, read back with the codec. A table of
+what a command can be, and what the writer must publish for it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from producers.tenancy import Tenancy, tenant_headers
+from producers.writer.commands import CommandHandler, Placement
+from producers.writer.journal import REPLY, SNAPSHOT, Kind
+from producers.writer.snapshots import Snapshots
+from producers.writer.state import Limits, PartitionState
+from schemas import AppendCommand, decode_event, decode_reply, draft, encode_command
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
+from servicekit.topics import Topics
+from tests.unit.core_builders import user
+
+TOPICS = Topics.of(KafkaSettings(topic_prefix="t"))
+PARTITIONS = 4
+SID = "s-1"
+HOME = partition_for(SID, PARTITIONS)
+
+
+@dataclass
+class Record:
+    """A consumed command record, as the handler reads it."""
+
+    _value: bytes | None
+    _key: bytes | None
+    _partition: int = HOME
+    _offset: int = 7
+    _headers: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def topic(self) -> str:
+        return TOPICS.commands
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._headers
+
+
+@dataclass
+class Put:
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    partition: int
+    kind: Kind
+    request_id: bytes | None
+
+
+class ListOutbox:
+    def __init__(self) -> None:
+        self.records: list[Put] = []
+
+    def put(
+        self,
+        serves: int,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        kind: Kind,
+        request_id: bytes | None = None,
+    ) -> None:
+        assert serves == HOME or topic == TOPICS.dlq
+        self.records.append(Put(topic, value, key, partition, kind, request_id))
+
+    def on(self, topic: str) -> list[Put]:
+        return [r for r in self.records if r.topic == topic]
+
+    def reply(self) -> Any:
+        (reply,) = self.on(TOPICS.replies)
+        assert reply.kind == REPLY
+        return decode_reply(reply.value or b"")
+
+
+def handler(
+    tenancy: Tenancy | None = None, max_event_bytes: int = 1 << 18, snapshot_every: int = 1000
+) -> CommandHandler:
+    snapshots = Snapshots(
+        TOPICS.snapshots,
+        snapshot_every=snapshot_every,
+        checkpoint_every=0,
+        max_snapshot_bytes=1 << 20,
+        events_end=lambda _: 0,
+    )
+    limits = Limits(max_event_bytes, 1 << 19)
+    return CommandHandler(TOPICS, Placement(PARTITIONS, 2), limits, snapshots, tenancy)
+
+
+def command(
+    rid: str = "r1",
+    drafts: Sequence[dict[str, Any]] | None = None,
+    expected_seq: int | None = None,
+    session_id: str = SID,
+) -> bytes:
+    if drafts is None:
+        drafts = [draft("user/message", user("u1"), surface_op="append")]
+    return encode_command(AppendCommand(rid, "client-1", session_id, tuple(drafts), expected_seq))
+
+
+def handle(h: CommandHandler, state: PartitionState, record: Record) -> ListOutbox:
+    outbox = ListOutbox()
+    h.handle(record, state, outbox)
+    return outbox
+
+
+REJECTIONS = [
+    # (what is wrong, the record, the error class, its code)
+    ("key is not the session", Record(command(), b"other"), "MalformedCommandError", None),
+    (
+        "wrong partition",
+        Record(command(), SID.encode(), (HOME + 1) % PARTITIONS),
+        "WrongPartitionError",
+        None,
+    ),
+    ("no events", Record(command(drafts=[]), SID.encode()), "MalformedCommandError", None),
+    (
+        "expected seq is not next",
+        Record(command(expected_seq=3), SID.encode()),
+        "ConflictError",
+        "EXPECTED_SEQ_MISMATCH",
+    ),
+    (
+        "a surface event without surfaceOp",
+        Record(command(drafts=[draft("user/message", user("u1"))]), SID.encode()),
+        "SurfaceError",
+        "SURFACE_OP_REQUIRED",
+    ),
+    (
+        "an assistant message outside a turn",
+        Record(
+            command(
+                drafts=[
+                    draft(
+                        "assistant/message",
+                        {"turn": 1, "step": 1, "message": user("a1"), "stream": []},
+                        surface_op="append",
+                    )
+                ]
+            ),
+            SID.encode(),
+        ),
+        None,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("record", "error", "code"),
+    [pytest.param(r, e, c, id=name) for name, r, e, c in REJECTIONS],
+)
+def test_a_refused_command_publishes_only_its_rejection(
+    record: Record, error: str | None, code: str | None
+) -> None:
+    state = PartitionState(HOME)
+    out = handle(handler(), state, record)
+    assert out.on(TOPICS.events) == [] and out.on(TOPICS.dlq) == []
+    raised = out.reply().exception()
+    assert raised is not None
+    if error is not None:
+        assert type(raised).__name__ == error
+    if code is not None:
+        assert raised.code == code
+    assert all(len(s.session) == 0 for s in state.sessions.values())
+
+
+def test_a_command_publishes_its_events_and_a_reply_that_carries_them() -> None:
+    state = PartitionState(HOME)
+    drafts = [draft("user/message", user(f"u{i}"), surface_op="append") for i in range(3)]
+    out = handle(handler(), state, Record(command(drafts=drafts), SID.encode()))
+    events = out.on(TOPICS.events)
+    assert [decode_event(e.value or b"").event["seq"] for e in events] == [0, 1, 2]
+    assert {(e.key, e.partition, e.request_id) for e in events} == {(SID.encode(), HOME, b"r1")}
+    assert [e.kind for e in events] == ["user/message"] * 3
+    reply = out.reply()
+    assert reply.exception() is None and [r.event["seq"] for r in reply.events] == [0, 1, 2]
+    assert len(state.sessions[SID].session) == 3
+
+
+def test_a_retried_request_is_answered_from_the_log_and_appends_nothing() -> None:
+    state, h = PartitionState(HOME), handler()
+    first = handle(h, state, Record(command(), SID.encode()))
+    again = handle(h, state, Record(command(), SID.encode(), _offset=8))
+    assert again.on(TOPICS.events) == []
+    assert again.on(TOPICS.replies)[0].value == first.on(TOPICS.replies)[0].value
+    assert len(state.sessions[SID].session) == 1
+
+
+def test_a_retried_rejection_is_the_same_rejection_even_if_it_would_commit_now() -> None:
+    state, h = PartitionState(HOME), handler()
+    refused = handle(h, state, Record(command("r9", expected_seq=1), SID.encode()))
+    handle(h, state, Record(command("r1"), SID.encode()))  # the session is now at seq 1
+    again = handle(h, state, Record(command("r9", expected_seq=1), SID.encode()))
+    assert again.on(TOPICS.events) == []
+    assert again.reply().exception().message == refused.reply().exception().message
+
+
+def test_an_undecodable_record_goes_to_the_dlq_with_why_and_gets_no_reply() -> None:
+    state = PartitionState(HOME)
+    record = Record(b"not avro at all", SID.encode(), _headers=[("dsh-type", b"x")])
+    out = handle(handler(), state, record)
+    (letter,) = out.on(TOPICS.dlq)
+    assert out.on(TOPICS.replies) == [] and out.on(TOPICS.events) == []
+    assert letter.value == b"not avro at all" and letter.partition == -1
+    assert isinstance(letter.kind, list)
+    headers = dict(letter.kind)
+    assert headers["dsh-dlq-service"] == b"writer"
+    assert headers["dsh-dlq-code"] == b"CODEC_BAD_MARKER"
+    assert headers["dsh-dlq-source"] == f"{TOPICS.commands}[{HOME}]@7".encode()
+    assert headers["dsh-type"] == b"x"  # the record's own headers travel along
+
+
+def test_an_event_too_large_once_encoded_is_refused_and_leaves_the_session_as_it_was() -> None:
+    state, h = PartitionState(HOME), handler(max_event_bytes=600)
+    handle(h, state, Record(command("r1"), SID.encode()))
+    big = [draft("user/message", user("u2", "x" * 1000), surface_op="append")]
+    out = handle(h, state, Record(command("r2", drafts=big), SID.encode()))
+    assert out.on(TOPICS.events) == []
+    assert out.reply().exception().code == "EVENT_TOO_LARGE"
+    assert len(state.sessions[SID].session) == 1 and "r2" not in state.sessions[SID].requests
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        ([], "TENANT_MISSING"),
+        (tenant_headers("globex", b"k2", command()), "TENANT_UNKNOWN"),
+        (tenant_headers("acme", b"wrong", command()), "TENANT_BAD_MAC"),
+        (tenant_headers("acme", b"k1", command()), "TENANT_PREFIX_FORBIDDEN"),
+    ],
+)
+def test_a_tenant_credential_that_does_not_allow_the_session_is_refused(
+    headers: list[tuple[str, bytes]], code: str
+) -> None:
+    tenancy = Tenancy.parse("acme=acme-", "acme=k1")
+    out = handle(
+        handler(tenancy), PartitionState(HOME), Record(command(), SID.encode(), _headers=headers)
+    )
+    assert out.on(TOPICS.events) == [] and out.reply().exception().code == code
+
+
+def test_a_session_is_snapshotted_every_n_events_in_the_same_transaction() -> None:
+    state, h = PartitionState(HOME), handler(snapshot_every=4)
+    drafts = [draft("user/message", user(f"u{i}"), surface_op="append") for i in range(2)]
+    first = handle(h, state, Record(command("r1", drafts=drafts), SID.encode()))
+    second = handle(h, state, Record(command("r2", drafts=drafts), SID.encode()))
+    assert first.on(TOPICS.snapshots) == []
+    (snapshot,) = second.on(TOPICS.snapshots)
+    assert snapshot.kind == SNAPSHOT and snapshot.key == SID.encode()
+    assert state.sessions[SID].events_since_snapshot == 0
