@@ -2,169 +2,21 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
 import dsh
+from tests.support.tables import BAD, VOCABULARY_BASE
 
-from .core_builders import assistant, new, state, system, tool_call, tool_result, user
-
-
-def _edit(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    data = copy.deepcopy(data)
-    *parents, last = path.split(".")
-    node: Any = data
-    for p in parents:
-        node = node[int(p)] if p.isdigit() else node[p]
-    if value is _DEL:
-        del node[last]
-    elif last.isdigit():
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return data
-
-
-_DEL = object()
-ERR = {"name": "E", "code": "BOOM"}
-
-BAD: list[tuple[str, str, Any, str]] = [
-    ("user role", "user/message", _edit(user(), "role", "assistant"), "INVALID_DATA"),
-    ("user id", "user/message", _edit(user(), "id", 3), "INVALID_DATA"),
-    ("user content not list", "user/message", _edit(user(), "content", "hi"), "INVALID_DATA"),
-    ("unknown block", "user/message", _edit(user(), "content.0.type", "video"), "INVALID_DATA"),
-    (
-        "text block without text",
-        "user/message",
-        _edit(user(), "content.0.text", _DEL),
-        "INVALID_DATA",
-    ),
-    ("unknown source", "user/message", _edit(user(), "source.kind", "alien"), "INVALID_DATA"),
-    (
-        "plugin source needs plugin",
-        "user/message",
-        _edit(user(), "source", {"kind": "plugin"}),
-        "INVALID_DATA",
-    ),
-    (
-        "image block fields",
-        "user/message",
-        _edit(user(), "content.0", {"type": "image", "data": "x"}),
-        "INVALID_DATA",
-    ),
-    (
-        "tool-call block fields",
-        "user/message",
-        _edit(user(), "content.0", {"type": "tool-call", "id": "c"}),
-        "INVALID_DATA",
-    ),
-    ("data not an object", "user/message", ["x"], "INVALID_DATA"),
-    ("system role", "system/message", _edit(system(), "message.role", "user"), "INVALID_DATA"),
-    (
-        "system needs plugin source",
-        "system/message",
-        _edit(system(), "message.source", {"kind": "user"}),
-        "INVALID_DATA",
-    ),
-    ("system turn not int", "system/message", _edit(system(), "turn", "1"), "INVALID_DATA"),
-    (
-        "assistant role",
-        "assistant/message",
-        _edit(assistant(), "message.role", "user"),
-        "INVALID_DATA",
-    ),
-    (
-        "assistant needs model source",
-        "assistant/message",
-        _edit(assistant(), "message.source", {"kind": "user"}),
-        "INVALID_DATA",
-    ),
-    ("assistant stream", "assistant/message", _edit(assistant(), "stream", _DEL), "INVALID_DATA"),
-    (
-        "assistant interrupted false",
-        "assistant/message",
-        _edit(assistant(), "interrupted", False),
-        "INVALID_DATA",
-    ),
-    (
-        "interrupted with tool calls",
-        "assistant/message",
-        {**assistant(calls=("c1",)), "interrupted": True},
-        "INTERRUPTED_WITH_TOOL_CALLS",
-    ),
-    ("assistant step bool", "assistant/message", _edit(assistant(), "step", True), "INVALID_DATA"),
-    (
-        "result id mismatch",
-        "tool/result",
-        _edit(tool_result(), "message.content.0.toolCallId", "c9"),
-        "TOOL_RESULT_CALL_ID_MISMATCH",
-    ),
-    (
-        "result two blocks",
-        "tool/result",
-        _edit(tool_result(), "message.content", [tool_result()["message"]["content"][0]] * 2),
-        "TOOL_RESULT_SHAPE",
-    ),
-    (
-        "result text block",
-        "tool/result",
-        _edit(tool_result(), "message.content", [{"type": "text", "text": "x"}]),
-        "TOOL_RESULT_SHAPE",
-    ),
-    (
-        "result needs tool source",
-        "tool/result",
-        _edit(tool_result(), "message.source", {"kind": "user"}),
-        "INVALID_DATA",
-    ),
-    (
-        "error needs isError",
-        "tool/result",
-        {**tool_result(), "error": ERR},
-        "TOOL_RESULT_ERROR_FLAG",
-    ),
-    ("error fields", "tool/result", _edit(tool_result(error=ERR), "error.code", 5), "INVALID_DATA"),
-    ("turn/start turn 0", "turn/start", {"turn": 0}, "INVALID_DATA"),
-    ("turn/end reason kind", "turn/end", {"turn": 1, "reason": {"kind": "bored"}}, "INVALID_DATA"),
-    ("turn/end reason string", "turn/end", {"turn": 1, "reason": "completed"}, "INVALID_DATA"),
-    ("tool/call arguments", "tool/call", _edit(tool_call(), "arguments", {"x": 1}), "INVALID_DATA"),
-    (
-        "header.system",
-        "request/header",
-        {"header": {"config": {}, "system": "p"}, "reason": "r"},
-        "INVALID_DATA",
-    ),
-    (
-        "empty tools",
-        "request/header",
-        {"header": {"config": {}, "tools": []}, "reason": "r"},
-        "INVALID_DATA",
-    ),
-    (
-        "empty adapterDefaults",
-        "request/header",
-        {"header": {"config": {}, "adapterDefaults": {}}, "reason": "r"},
-        "INVALID_DATA",
-    ),
-    ("header without config", "request/header", {"header": {}, "reason": "r"}, "INVALID_DATA"),
-    (
-        "context update value",
-        "request/context",
-        {"provider": "p", "model": "m", "systemPromptUpdate": "x"},
-        "INVALID_DATA",
-    ),
-    ("end-seed inherited false", "session/end-seed", {"inherited": False}, "INVALID_DATA"),
-]
+from .core_builders import assistant, new, state, system, user
 
 
 @pytest.mark.parametrize(("name", "type_", "data", "code"), BAD, ids=[b[0] for b in BAD])
 def test_bad_data_is_rejected(name: str, type_: str, data: Any, code: str) -> None:
     s = new(invariants=False)
-    s.append("turn/start", {"turn": 1})
-    s.append("step/start", {"turn": 1, "step": 1})
-    s.append("tool/call", tool_call("c1"))
+    for step in VOCABULARY_BASE:
+        s.append(*step)
     before = state(s)
     op = "append" if type_.endswith("message") or type_ == "tool/result" else None
     with pytest.raises(dsh.ValidationError) as info:

@@ -8,96 +8,32 @@ the file-header checks of DSH's constructor (our ``dsh.formats`` owns headers) a
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import dsh
-
-REPO = Path(__file__).resolve().parents[2]
-VECTORS = Path(
-    os.environ.get("DSH_VECTORS", REPO.parent / "shared" / "dsh-vectors" / "vectors.jsonl")
+from tests.support.dsh_vectors import (
+    PINNED,
+    SCENARIOS,
+    VECTORS,
+    Skip,
+    decode,
+    invariants_of,
+    parent_of,
 )
-PINNED = 1700000000000
 
 pytestmark = pytest.mark.skipif(
     not VECTORS.exists(), reason=f"DSH reference vectors not found at {VECTORS} (set DSH_VECTORS)"
 )
 
 
-def _load() -> list[dict[str, Any]]:
-    if not VECTORS.exists():
-        return []
-    with VECTORS.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-SCENARIOS = [s for s in _load() if s["attempts"] or s["sessions"]]
-
-
-class _Skip(Exception):
-    pass
-
-
-class Box:
-    def __init__(self, v: object) -> None:
-        self.v = v
-
-
-_UNDEFINED = object()
-
-
-def _decode(value: Any, parent: Any = None) -> Any:
-    """Turn ``{"$nonjson": ...}`` placeholders into the closest Python non-JSON values."""
-    if isinstance(value, dict):
-        if "$nonjson" in value:
-            tag = value["$nonjson"]
-            if tag in ("-0", "hole") or tag.startswith("bigint"):
-                raise _Skip(tag)
-            table = {
-                "NaN": float("nan"),
-                "Infinity": float("inf"),
-                "-Infinity": float("-inf"),
-                "undefined": _UNDEFINED,
-                "function": lambda: None,
-                "circular": parent,
-                "Map": set(),
-                "Set": set(),
-            }
-            return table[tag] if tag in table else _special(tag, value)
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out[k] = _decode(v, out)
-        return out
-    if isinstance(value, list):
-        lst: list[Any] = []
-        for v in value:
-            lst.append(_decode(v, lst))
-        return lst
-    return value
-
-
-def _special(tag: str, value: dict[str, Any]) -> Any:
-    if tag.startswith("symbol"):
-        return object()
-    if tag.startswith("Date"):
-        return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    if tag.startswith("instance"):
-        return Box(value.get("v"))
-    raise AssertionError(f"unmapped placeholder {tag}")
-
-
 def _new(name: str) -> dsh.Session:
-    return dsh.Session.create(name, clock=lambda: PINNED, invariants=name.startswith("inv-"))
+    return dsh.Session.create(name, clock=lambda: PINNED, invariants=invariants_of(name))
 
 
 def _restore(name: str, seed: list[dict[str, Any]]) -> dsh.Session:
-    return dsh.Session.from_restore(name, seed, invariants=name.startswith("inv-"))
+    return dsh.Session.from_restore(name, seed, invariants=invariants_of(name))
 
 
 def _attempt(
@@ -109,33 +45,32 @@ def _attempt(
     if op == "append":
         session = live.get(name) or live.setdefault(name, _new(name))
         options = a.get("options", {})
-        data = _decode(a["data"])
+        data = decode(a["data"])
         ev = session.append(
             a["type"],
             data,
-            surface_op=_decode(options.get("surfaceOp")),
-            source_event_seqs=_decode(options.get("sourceEventSeqs")),
+            surface_op=decode(options.get("surfaceOp")),
+            source_event_seqs=decode(options.get("sourceEventSeqs")),
         )
         assert ev.seq == a["seq"]
         return None
     if op == "fork":
-        parent_name = (final or {}).get("header", {}).get("parentSession")
-        if parent_name is None:
-            parent_name = re.search(r'session "([^"]+)"', a["error"]["message"]).group(1)  # type: ignore[union-attr]
         boundary = a["boundary"]
-        return live[parent_name].fork(name, at=None if boundary is None else boundary + 1)
+        return live[parent_of(scenario, a)].fork(
+            name, at=None if boundary is None else boundary + 1
+        )
     if op == "Session.create(seed, seeded header, inheritedEventCount)":
         # DSH's seeded constructor is what its store's fork does; ours is Session.fork.
         parent = a["header"]["parentSession"]
         return live[parent].fork(name, at=a["inheritedEventCount"])
     if "header" in op:
-        raise _Skip("session-file headers belong to dsh.formats")
+        raise Skip("session-file headers belong to dsh.formats")
     if op.startswith(("Session.create(seed", "Session.fromRestore")) and "seedLength" in a:
         assert final is not None
         return _restore(name, final["events"][: a["seedLength"]])
     built = _BAD_SEEDS.get(name)
     if built is None:
-        raise _Skip(f"no Python counterpart for {op}")
+        raise Skip(f"no Python counterpart for {op}")
     return _restore(name, built(live))
 
 
@@ -203,7 +138,7 @@ def test_vector_scenario(scenario: dict[str, Any]) -> None:
         where = f"attempt {i} ({a['session']} {a['op']} {a.get('type', '')})"
         try:
             created = _attempt(scenario, a, live)
-        except _Skip as why:
+        except Skip as why:
             skipped.append(f"{where}: {why}")
             continue
         except dsh.SessionError as exc:

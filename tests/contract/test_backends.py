@@ -1,0 +1,149 @@
+"""One contract, three backends (``tests/support/contract.py``): the DSH reference vectors, the
+core's rule tables and the scripted session, run against the in-process ``dsh.Session``, the
+file store and ``SessionClient`` over a real writer. Each backend must answer every operation
+as the in-process core does (accepted with the same seqs, or refused with the same error class
+and code) and end with the same logs, surfaces and model messages.
+
+The pipeline's sessions keep the invariants on (``Backend.invariants``): on it each scenario is
+compared with the core run the same way, and the tables of the bare layer (invariants off)
+are left to the other two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from producers import SessionClient
+from schemas import draft
+from servicekit.settings import KafkaSettings
+from tests.integration.writer_support import multi_turn_script, running_writer, writer_settings
+from tests.support import dsh_vectors, tables
+from tests.support.contract import (
+    Backend,
+    Driver,
+    Files,
+    InProcess,
+    Modes,
+    Pipeline,
+    Scenario,
+    assert_same,
+    run,
+)
+
+
+def _steps(session: str, steps: list[tables.Step]) -> Scenario:
+    def drive(driver: Driver) -> None:
+        for step in steps:
+            driver.append(session, *step)
+
+    return drive
+
+
+def _scripted(driver: Driver) -> None:
+    def append(type_: str, data: Any, op: Any, sources: Any) -> Any:
+        return driver.append("scripted", type_, data, op, sources)
+
+    multi_turn_script(append, lambda drafts: driver.append_many("scripted", drafts))
+
+
+def _scenarios() -> Iterator[tuple[str, Scenario, Modes, bool]]:
+    """(name, scenario, each session's invariants mode, whether it needs the bare layer)."""
+    for vector in dsh_vectors.SCENARIOS:
+        yield (
+            f"dsh-vector:{vector['scenario']}",
+            dsh_vectors.scenario_of(vector),
+            dsh_vectors.invariants_of,
+            False,
+        )
+    for name, prefix, last, _ in tables.CASES:
+        yield f"invariants:{name}", _steps("s", [*prefix, last]), lambda _: True, False
+    for name, type_, data, _ in tables.BAD:
+        op = "append" if type_.endswith("message") or type_ == "tool/result" else None
+        steps = [*tables.VOCABULARY_BASE, (type_, data, op, None)]
+        yield f"vocabulary:{name}", _steps("s", steps), lambda _: True, False
+    for name, type_, data, op, sources, *_ in [*tables.ACCEPTED, *tables.REJECTED]:
+        steps = [*tables.BASE, (type_, data, op, sources)]
+        yield f"surface:{name}", _steps("s", steps), lambda _: False, True
+    yield "scripted session", _scripted, lambda _: True, False
+
+
+SCENARIOS = list(_scenarios())
+IDS = [s[0] for s in SCENARIOS]
+
+
+@pytest.fixture(scope="module")
+def pipeline(topics_module: KafkaSettings) -> Iterator[Pipeline]:
+    with (
+        running_writer(topics_module, writer_settings()),
+        SessionClient(settings=topics_module, timeout=30) as client,
+    ):
+        yield Pipeline(client)
+
+
+@pytest.fixture(scope="module")
+def topics_module(servers: Any) -> KafkaSettings:
+    """The contract's topics, made once for the whole module (the pipeline serves them all)."""
+    import uuid
+
+    from servicekit.topics import ensure_topics
+    from tests.conftest import TEST_PARTITIONS
+
+    kafka = KafkaSettings(
+        bootstrap_servers=servers.bootstrap_servers,
+        topic_prefix=f"contract-{uuid.uuid4().hex[:12]}.dsh.session",
+    )
+    ensure_topics(kafka, TEST_PARTITIONS)
+    return kafka
+
+
+def _check(backend: Backend, scenario: Scenario, modes: Modes) -> None:
+    fixed = backend.invariants
+    expected = run(InProcess(), scenario, modes if fixed is None else (lambda _: fixed))
+    assert_same(run(backend, scenario, modes), expected, backend.name)
+
+
+@pytest.mark.parametrize(("name", "scenario", "modes", "bare"), SCENARIOS, ids=IDS)
+def test_the_file_store_answers_as_the_core(
+    name: str, scenario: Scenario, modes: Modes, bare: bool, tmp_path: Path
+) -> None:
+    _check(Files(tmp_path), scenario, modes)
+
+
+@pytest.mark.parametrize(("name", "scenario", "modes", "bare"), SCENARIOS, ids=IDS)
+def test_the_pipeline_answers_as_the_core(
+    name: str, scenario: Scenario, modes: Modes, bare: bool, pipeline: Pipeline
+) -> None:
+    if bare:
+        pytest.skip("the pipeline's sessions keep the invariants on; this table is the bare layer")
+    _check(pipeline.fresh(), scenario, modes)
+
+
+def test_the_in_process_core_is_its_own_reference() -> None:
+    """The reference is deterministic: two runs of the scripted session agree."""
+    assert_same(run(InProcess(), _scripted), run(InProcess(), _scripted), "session")
+
+
+def test_a_batch_is_all_or_nothing_on_every_backend(tmp_path: Path, pipeline: Pipeline) -> None:
+    def batch(driver: Driver) -> None:
+        driver.append("s", "turn/start", {"turn": 1})
+        driver.append_many(
+            "s",
+            [
+                draft("step/start", {"turn": 1, "step": 1}),
+                draft("step/start", {"turn": 1, "step": 2}),  # refused: a step is open
+            ],
+        )
+        driver.append("s", "step/start", {"turn": 1, "step": 1})  # seq 1: nothing was kept
+
+    expected = run(InProcess(), batch)
+    assert expected.outcomes == [
+        ("ok", 0),
+        ("rejected", "InvariantError", "STEP_ALREADY_OPEN"),
+        ("ok", 1),
+    ]
+    for backend in (Files(tmp_path), pipeline.fresh()):
+        assert_same(run(backend, batch), expected, backend.name)

@@ -1,0 +1,1 @@
+"""What the test suites share: builders, scenarios, backends, servers and processes."""
