@@ -47,7 +47,11 @@ def _scripted(driver: Driver) -> None:
     def append(type_: str, data: Any, op: Any, sources: Any) -> Any:
         return driver.append("scripted", type_, data, op, sources)
 
-    multi_turn_script(append, lambda drafts: driver.append_many("scripted", drafts))
+    def append_many(drafts: list[dict[str, Any]]) -> list[Any]:
+        driver.append_many("scripted", drafts)
+        return []
+
+    multi_turn_script(append, append_many)
 
 
 def _scenarios() -> Iterator[tuple[str, Scenario, Modes, bool]]:
@@ -65,7 +69,9 @@ def _scenarios() -> Iterator[tuple[str, Scenario, Modes, bool]]:
         op = "append" if type_.endswith("message") or type_ == "tool/result" else None
         steps = [*tables.VOCABULARY_BASE, (type_, data, op, None)]
         yield f"vocabulary:{name}", _steps("s", steps), lambda _: True, False
-    for name, type_, data, op, sources, *_ in [*tables.ACCEPTED, *tables.REJECTED]:
+    rows: list[tuple[Any, ...]] = [*tables.ACCEPTED, *tables.REJECTED]
+    for row in rows:
+        name, type_, data, op, sources = row[:5]
         steps = [*tables.BASE, (type_, data, op, sources)]
         yield f"surface:{name}", _steps("s", steps), lambda _: False, True
     yield "scripted session", _scripted, lambda _: True, False
