@@ -234,15 +234,15 @@ def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wa
         return pending
 
     replies_of: dict[tuple[int, int], Any] = {}  # (partition, offset) → its batch's replies
-    start = runtime._start
+    submit_batch = runtime.loop.submit
 
-    def recording_start(messages: list[Message]) -> Any:
-        batch = start(messages)
+    def recording_submit(messages: list[Message]) -> Any:
+        batch = submit_batch(messages)
         replies_of.update(((m.partition() or 0, m.offset() or 0), batch.pending) for m in messages)
         return batch
 
     unacknowledged: list[tuple[str, int, int]] = []  # committed before Redis answered
-    commit = runtime._commit
+    commit = runtime.loop.commit
 
     def checking_commit(consumer: Any, messages: list[Message], wait: bool = False) -> None:
         for m in messages:
@@ -253,8 +253,8 @@ def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wa
         commit(consumer, messages, wait)
 
     monkeypatch.setattr(runtime.link, "submit", counting_submit)
-    monkeypatch.setattr(runtime, "_start", recording_start)
-    monkeypatch.setattr(runtime, "_commit", checking_commit)
+    monkeypatch.setattr(runtime.loop, "submit", recording_submit)
+    monkeypatch.setattr(runtime.loop, "commit", checking_commit)
     stop = threading.Event()
     thread = threading.Thread(target=runtime.run, args=(stop,), daemon=True)
     thread.start()

@@ -328,7 +328,7 @@ def test_every_queried_metric_and_label_is_exported() -> None:
 
 def test_label_values_in_queries_are_ones_the_code_emits() -> None:
     """`result` and `cause` values are strings in the projector runtime, not an enum."""
-    runtime = (ROOT / "projectors" / "runtime.py").read_text()
+    runtime = "".join(p.read_text() for p in (ROOT / "projectors" / "runtime").glob("*.py"))
     for where, expr in queries():
         for label in ("result", "cause"):
             for match in re.finditer(label + r'\s*(?:=~|=|!=)\s*"([^"]*)"', expr):

@@ -11,11 +11,15 @@ from typing import Any
 import pytest
 
 import dsh
-from projectors import runtime as runtime_module
 from projectors.errors import PoisonRecordError
 from projectors.keys import Keys
 from projectors.records import Poison, Record
-from projectors.runtime import BLOCKED, Entry, Runtime
+from projectors.runtime import Runtime
+from projectors.runtime import poison as poison_module
+from projectors.runtime import rebuilds as rebuilds_module
+from projectors.runtime.batches import BLOCKED
+from projectors.runtime.poison import DeadLetter
+from projectors.runtime.sessions import Entry
 from projectors.settings import ProjectorSettings
 from projectors.transcript import TranscriptProjection
 from servicekit.logs import configure_logging
@@ -65,8 +69,8 @@ def lines(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime[Any]:
-    monkeypatch.setattr(runtime_module, "DeadLetters", _NoDeadLetters)
-    monkeypatch.setattr(runtime_module, "read_sessions", lambda *args: {})
+    monkeypatch.setattr(poison_module, "DeadLetters", _NoDeadLetters)
+    monkeypatch.setattr(rebuilds_module, "read_sessions", lambda *args: {})
     return Runtime(
         TranscriptProjection(Keys()),
         KafkaSettings(bootstrap_servers="127.0.0.1:9"),
@@ -80,7 +84,7 @@ def test_a_dead_letter_line_names_the_session_and_partition(
 ) -> None:
     lines.start()
     poison = Poison("s-1", PoisonRecordError("bad bytes"), b"s-1", b"x", 2, 7)
-    runtime._dead_letter(poison, [], [], seq=3)
+    runtime.poison.deliver([DeadLetter(poison, seq=3)])
     (line,) = lines()
     assert line["level"] == "WARNING" and "DLQ" in line["message"]
     assert (line["session"], line["partition"], line["seq"]) == ("s-1", 2, 3)
@@ -95,7 +99,7 @@ def test_a_session_found_blocked_is_logged_once_with_its_context(
     event = session.append("turn/start", {"turn": 1})
     runtime.cache["s-2"] = Entry(runtime.projection.fresh())
     record = Record("s-2", event, 5, 11)
-    runtime._settle([record, record], [[BLOCKED, -1], [BLOCKED, -1]], {})
+    runtime.planner.settle([record, record], [[BLOCKED, -1], [BLOCKED, -1]], {})
     (line,) = lines()
     assert "blocked" in line["message"]
     assert (line["session"], line["partition"], line["seq"]) == ("s-2", 5, 0)

@@ -1,0 +1,248 @@
+"""The consumer loop: poll, two batches in hand, commit, retry.
+
+Two batches are in hand on a busy topic: batch N+1 is planned and submitted while Redis
+applies batch N; then N's replies are read and settled and N's offsets committed. Offsets are
+committed only after Redis acknowledged the batch (at-least-once delivery; the apply script
+makes it effectively once). A Redis or Kafka error drops both batches uncommitted and applies
+them again, in order, one at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import redis
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from projectors import metrics
+from projectors.batch_io import Pending
+from projectors.records import Record, decode
+from projectors.runtime.batches import Plan, Planner
+from projectors.runtime.poison import PoisonRecords
+from projectors.runtime.rebuilds import Rebuilds
+from projectors.runtime.sessions import SessionStore
+from projectors.runtime.watch import RedisWatch
+from projectors.scripts import load_all
+from projectors.settings import ProjectorSettings
+from servicekit.gc_tuning import young_gc_threshold
+from servicekit.kafka_clients import Membership
+from servicekit.partition_reader import PartitionReadError
+from servicekit.watchdog import CallWatchdog
+
+S = TypeVar("S")
+log = logging.getLogger("projectors")
+
+# A batch that meets one of these is applied again from the start, with the one before it:
+# nothing of either was committed, and applying again is harmless.
+_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, KafkaException, PartitionReadError)
+# A synchronous offset commit has no timeout: it waits for the group coordinator. Past this
+# and the grace, the watchdog ends the process rather than let it wait for ever.
+_COMMIT_BOUND_S = 30.0
+
+
+@dataclass
+class Batch:
+    """A batch between its submission to Redis and its settlement (replies read, gaps rebuilt,
+    dead letters flushed); its offsets are committed only after that."""
+
+    messages: Sequence[Message]
+    sessions: dict[str, int]  # session → its partition
+    plan: Plan
+    pending: Pending
+    started: float
+
+
+class Loop(Generic[S]):
+    def __init__(
+        self,
+        name: str,
+        topic: str,
+        settings: ProjectorSettings,
+        store: SessionStore[S],
+        planner: Planner[S],
+        poison: PoisonRecords,
+        rebuilds: Rebuilds[S],
+        watch: RedisWatch,
+        stats: Counter[str],
+    ) -> None:
+        self.name = name
+        self.topic = topic
+        self.settings = settings
+        self.store = store
+        self.planner = planner
+        self.poison = poison
+        self.rebuilds = rebuilds
+        self.watch = watch
+        self.stats = stats
+        self.inflight: Batch | None = None  # submitted to Redis, not settled yet
+        self._consumer: Consumer | None = None  # while run() runs
+        self._published: Counter[str] = Counter()  # stats already counted in Prometheus
+        self._watchdog = CallWatchdog(0)  # off outside run()
+
+    def run(self, consumer: Consumer, membership: Membership, stop: threading.Event) -> None:
+        """Until ``stop``; the batch in hand is settled and committed before it returns."""
+        self._consumer = consumer
+        self._watchdog = CallWatchdog(self.settings.stuck_call_grace_s)
+        try:
+            with young_gc_threshold(self.settings.gc_threshold):
+                while not stop.is_set():
+                    if self.watch.due():
+                        self._step(consumer, [], stop)  # settle what is in flight first
+                        self.watch.housekeeping(consumer)
+                    # Records already fetched are taken at once while a batch is in flight:
+                    # they are planned while Redis applies it. Otherwise wait for the next.
+                    batch = self._next_batch(consumer, membership, wait=self.inflight is None)
+                    self._step(consumer, [m for m in batch if self._usable(m)], stop)
+                self._finish_inflight(consumer, wait=True)
+        finally:
+            self.inflight = None
+            self._consumer = None
+            self._watchdog.close()
+            self._watchdog = CallWatchdog(0)
+
+    def process(self, messages: Sequence[Message]) -> None:
+        """Apply one batch from start to finish (nothing else in flight)."""
+        self.settle(self.submit(messages))
+
+    def submit(self, messages: Sequence[Message]) -> Batch:
+        """Decode, plan against the cached states and submit the batch to Redis."""
+        started = time.perf_counter()
+        items = [
+            decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0, m.headers())
+            for m in messages
+        ]
+        sessions = {i.session_id: i.partition for i in items if type(i) is Record}
+        self.store.load(sessions, self.inflight)
+        plan = self.planner.plan(items)
+        self.poison.deliver(plan.dead)
+        return Batch(messages, sessions, plan, self.store.link.submit(plan.commands), started)
+
+    def settle(self, batch: Batch) -> None:
+        """Read the batch's replies and settle them: what Redis refused is counted, rebuilt or
+        blocked; dead letters are delivered. After this its offsets may be committed."""
+        plan = batch.plan
+        results = batch.pending.result()
+        if any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
+            # Redis restarted: nothing of this batch ran. Load the scripts and send it again;
+            # a batch submitted after it meets the same and is sent again after it.
+            load_all(self.store.client)
+            results = self.store.link.round_trip(plan.commands)
+        self.planner.settle(plan.queued, results, plan.rebuild)
+        if plan.rebuild:
+            self.rebuilds.rebuild(plan.rebuild, cause="gap")
+        self.poison.flush()
+        self.store.evict()
+        metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - batch.started)
+        for result in metrics.RESULTS:
+            n = self.stats[result] - self._published[result]
+            if n:
+                metrics.EVENTS.labels(self.name, result).inc(n)
+                self._published[result] = self.stats[result]
+
+    def commit(self, consumer: Consumer, messages: Sequence[Message], wait: bool = False) -> None:
+        """Commit the offsets after ``messages`` (applied in Redis by now). Between batches
+        the commit is not waited for: it only says where a next owner resumes, and the apply
+        is idempotent, so a commit that fails or lands late costs a few events applied twice
+        (skipped as duplicates), never a wrong read model; its result comes to
+        :meth:`on_commit`. Before partitions go (``wait``) it is waited for, so their next
+        owner starts where this one stopped."""
+        ends: dict[int, int] = {}
+        for m in messages:
+            ends[m.partition() or 0] = max(ends.get(m.partition() or 0, -1), m.offset() or 0)
+        offsets = [TopicPartition(self.topic, p, o + 1) for p, o in ends.items()]
+        try:
+            if not wait:
+                consumer.commit(offsets=offsets, asynchronous=True)
+                return
+            with self._watchdog.watch("commit", _COMMIT_BOUND_S):
+                consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:  # a rebalance in between: the next owner re-applies, harmlessly
+            self._commit_failed(exc)
+
+    def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if err is not None and err.code() != KafkaError._NO_OFFSET:
+            self._commit_failed(err)
+
+    def settle_before_rebalance(self) -> None:
+        """Finish and commit the batch in flight while its partitions are still ours. If that
+        fails it is dropped uncommitted: whoever gets the partitions resumes from the last
+        commit and applies it again, harmlessly."""
+        assert self._consumer is not None
+        try:
+            self._finish_inflight(self._consumer, wait=True)
+        except Exception as exc:  # raising here would surface from inside poll()
+            log.warning("projector %s: batch in flight at a rebalance: %s", self.name, exc)
+            self.inflight = None
+            self.store.link.reset()
+
+    def _next_batch(self, consumer: Consumer, membership: Membership, wait: bool) -> list[Message]:
+        """Wait for one record, then take whatever else is already fetched: a quiet topic
+        gets low latency, a busy one full batches."""
+        if not wait:
+            batch = consumer.consume(self.settings.batch_size, 0)
+            membership.raise_pending()
+            return batch
+        first = consumer.poll(self.settings.poll_timeout_s)
+        membership.raise_pending()
+        if first is None:
+            return []
+        return [first, *consumer.consume(self.settings.batch_size - 1, 0)]
+
+    def _usable(self, message: Message) -> bool:
+        error = message.error()
+        if error is None:
+            return True
+        if error.code() != KafkaError._PARTITION_EOF:
+            log.warning("projector %s: consumer error %s", self.name, error)
+        return False
+
+    def _step(self, consumer: Consumer, messages: list[Message], stop: threading.Event) -> None:
+        """Submit ``messages`` as the next batch (if any), then settle and commit the batch
+        that was in flight: Redis applies one batch while Python plans the next."""
+        try:
+            batch = self.submit(messages) if messages else None
+            self._finish_inflight(consumer)
+            self.inflight = batch
+        except _RETRYABLE as exc:
+            # Nothing of the batch in flight nor of this one is committed: both go again, in
+            # order, one at a time. The cache may be ahead of Redis, so forget it.
+            redo = [*(self.inflight.messages if self.inflight else ()), *messages]
+            self.inflight = None
+            self.store.reset()
+            if stop.is_set() or not redo:
+                raise
+            log.warning("projector %s: %s; retrying %d records", self.name, exc, len(redo))
+            self._process_until_done(redo, stop)
+            self.commit(consumer, redo)
+
+    def _finish_inflight(self, consumer: Consumer, wait: bool = False) -> None:
+        batch = self.inflight
+        if batch is not None:
+            self.settle(batch)
+            self.inflight = None
+            self.commit(consumer, batch.messages, wait)
+
+    def _process_until_done(self, messages: list[Message], stop: threading.Event) -> None:
+        delay = 0.1
+        while True:
+            try:
+                self.process(messages)
+                return
+            except _RETRYABLE as exc:
+                self.store.reset()
+                if stop.is_set():
+                    raise
+                log.warning("projector %s: %s; retrying the batch", self.name, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _commit_failed(self, cause: object) -> None:
+        self.stats["commit_failed"] += 1
+        metrics.COMMIT_FAILURES.labels(self.name).inc()
+        log.warning("projector %s: offset commit failed: %s", self.name, cause)

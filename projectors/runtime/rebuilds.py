@@ -1,0 +1,175 @@
+"""Sessions rebuilt from the topic: after a gap (Redis lost a session's state), and for
+``dsh replay`` (:mod:`projectors.replay`), which also catches rebuilt sessions up.
+
+A rebuild plans the session's whole log as the live path does, folds the ops into the keys'
+final contents (:class:`~projectors.fold.Image`) and writes them in one MULTI per session, so
+a reader sees the old projection or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from dsh.errors import SessionError
+from projectors import metrics
+from projectors.errors import PoisonRecordError
+from projectors.fold import Image
+from projectors.link import raise_errors
+from projectors.projection import Projection
+from projectors.records import Poison, Record
+from projectors.runtime.batches import Planner
+from projectors.runtime.poison import Command, PoisonRecords, block_commands
+from projectors.runtime.sessions import Entry, SessionStore
+from projectors.topic_reader import read_sessions
+from servicekit.settings import KafkaSettings
+
+S = TypeVar("S")
+log = logging.getLogger("projectors")
+
+
+class Rebuilds(Generic[S]):
+    def __init__(
+        self,
+        projection: Projection[S],
+        kafka: KafkaSettings,
+        topic: str,
+        store: SessionStore[S],
+        planner: Planner[S],
+        poison: PoisonRecords,
+        stats: Counter[str],
+    ) -> None:
+        self.projection = projection
+        self.name = projection.name
+        self.keys = projection.keys
+        self.kafka = kafka
+        self.topic = topic
+        self.store = store
+        self.planner = planner
+        self.poison = poison
+        self.stats = stats
+
+    def rebuild(self, sessions: Mapping[int, set[str]], cause: str) -> None:
+        """Replace each session's keys (partition → sessions) with a projection of its whole
+        log, atomically."""
+        for partition, sids in sessions.items():
+            for sid in sorted(sids):
+                log.info(
+                    "projector %s: rebuilding session %s from the topic (%s)",
+                    self.name,
+                    sid,
+                    cause,
+                    extra={"session": sid, "partition": partition, "cause": cause},
+                )
+            self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
+
+    def catch_up(self, items: Sequence[Record | Poison]) -> None:
+        """Apply records read after :meth:`rebuild_logs` wrote their sessions, the way the
+        consumer loop applies a batch (next seq only): a replay's rewrite may have set a
+        session back behind what a running projector had already applied from the records
+        after the replay's scan. A session with a poison record here is rebuilt from its whole
+        log, which blocks it, rather than dead-lettered again (the running projector does)."""
+        poisoned: dict[int, set[str]] = defaultdict(set)
+        for item in items:
+            if type(item) is not Record and item.session_id is not None:
+                poisoned[item.partition].add(item.session_id)
+        records = [
+            i
+            for i in items
+            if type(i) is Record and i.session_id not in poisoned.get(i.partition, ())
+        ]
+        if not records and not poisoned:
+            return
+        self.store.load({i.session_id: i.partition for i in records})
+        plan = self.planner.plan(records)
+        self.poison.deliver(plan.dead)
+        rebuild = plan.rebuild
+        self.planner.settle(plan.queued, self.store.link.round_trip(plan.commands), rebuild)
+        for partition, sids in poisoned.items():
+            rebuild.setdefault(partition, set()).update(sids)
+        if rebuild:
+            self.rebuild(rebuild, cause="replay")
+        self.poison.flush()  # what planning refused (an invalid world) was dead-lettered
+
+    def rebuild_logs(
+        self, logs: Mapping[str, Sequence[Record | Poison]], cause: str, chunk: int = 20_000
+    ) -> int:
+        """Project each session's whole log into its keys, one MULTI per session so a reader
+        sees the old projection or the new one, never a mix; many sessions per round trip.
+        Poison records block the session but are not dead-lettered again: the consumer loop
+        sends every poison record it reads. Returns the number of events applied."""
+        batch: list[Command] = []
+        applied = 0
+        link, cache = self.store.link, self.store.cache
+        for sid, items in logs.items():
+            commands, state, blocked = self._commands(sid, items)
+            batch += commands
+            applied += self.projection.applied(state) + 1
+            partition = next((i.partition for i in items if type(i) is Record), -1)
+            cache[sid] = Entry(state, blocked, partition=partition)
+            metrics.REBUILDS.labels(self.name, cause).inc()
+            self.stats["rebuilt"] += 1
+            if len(batch) >= chunk:
+                raise_errors(link.round_trip(batch))
+                batch = []
+        if batch:
+            raise_errors(link.round_trip(batch))
+        return applied
+
+    def _commands(
+        self, sid: str, items: Sequence[Record | Poison]
+    ) -> tuple[list[Command], S, bool]:
+        """What rewrites the session's keys, its state after the log, and whether it is blocked."""
+        projection = self.projection
+        state = projection.fresh()
+        image = Image(projection.all_keys(sid))
+        block: list[Command] = []
+        for item in items:
+            if isinstance(item, Poison):
+                block = block_commands(self.keys, self.name, self.topic, item, -1)
+                self._log_blocked(sid, item.partition, item.error)
+                break
+            applied = projection.applied(state)
+            if item.seq <= applied:
+                continue  # a duplicate in the log itself; never applied twice
+            try:
+                if item.seq > applied + 1:
+                    raise PoisonRecordError(
+                        f"session {sid}: the log jumps from seq {applied} to {item.seq}"
+                    )
+                ops = projection.plan(state, item.event)
+            except SessionError as exc:
+                poison = Poison(sid, exc, sid.encode(), None, item.partition, item.offset)
+                block = block_commands(self.keys, self.name, self.topic, poison, item.seq)
+                self._log_blocked(sid, item.partition, exc, item.seq)
+                break
+            image.apply(item.seq, ops)
+        # The blocked set indexes the meta hashes (the truth, which the apply script reads)
+        # and lives in a slot of its own on a cluster, so it stays out of the session's MULTI:
+        # the session leaves it before, and joins it after, its keys are rewritten.
+        commands: list[Command] = [
+            ("SREM", self.keys.blocked(self.name), sid),
+            ("MULTI",),
+            ("DEL", *image.keys),
+            *image.commands(),
+            *block[:1],  # the BLOCK script call
+            ("EXEC",),
+            *block[1:],  # SADD to the blocked set
+        ]
+        return commands, state, bool(block)
+
+    def _log_blocked(self, sid: str, partition: int, error: SessionError, seq: int = -1) -> None:
+        context: dict[str, Any] = {"session": sid, "partition": partition, "code": error.code}
+        if seq >= 0:
+            context["seq"] = seq
+        log.warning(
+            "projector %s: rebuilding session %s: its log cannot be applied, session blocked: "
+            "[%s] %s",
+            self.name,
+            sid,
+            error.code,
+            error.message,
+            extra=context,
+        )

@@ -1,0 +1,100 @@
+"""What the runtime holds of Redis: the per-session states batches are planned against, and the
+link batches travel on.
+
+A state is cached between batches (least recently used out first) and read back from Redis on
+a miss. Whatever the cache believes, Redis decides (the apply script's seq check), so dropping
+an entry is always safe: it costs a read.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from projectors.batch_io import Link, Pending, RedisClient, batch_io, pipelined
+from projectors.projection import Projection
+
+S = TypeVar("S")
+
+
+@dataclass
+class Entry(Generic[S]):
+    state: S
+    blocked: bool = False
+    apply: tuple[Any, ...] | None = None  # ("EVALSHA", sha, numkeys, *keys), built once
+    partition: int = -1  # where its events come from: a revoked partition's entries go
+
+
+class InFlight(Protocol):
+    """A batch submitted to Redis whose replies may not be read yet."""
+
+    @property
+    def sessions(self) -> Mapping[str, int]: ...
+
+    @property
+    def pending(self) -> Pending: ...
+
+
+class SessionStore(Generic[S]):
+    def __init__(self, projection: Projection[S], client: RedisClient, keep: int) -> None:
+        self.projection = projection
+        self.client = client
+        self.keep = keep
+        self.cache: OrderedDict[str, Entry[S]] = OrderedDict()
+        self.link: Link = batch_io(client)  # one Redis, or batches split by slot over a cluster
+        self.blocked_key = projection.keys.blocked(projection.name)
+
+    def load(self, sessions: Mapping[str, int], inflight: InFlight | None = None) -> None:
+        """Make sure every session (→ its partition) is cached; the ones held move to the end."""
+        cache = self.cache
+        missing = [sid for sid in sessions if sid not in cache]
+        for sid in sessions.keys() - set(missing):
+            cache.move_to_end(sid)
+        if not missing:
+            return
+        if inflight is not None and not inflight.sessions.keys().isdisjoint(missing):
+            # A session of the batch in flight was dropped from the cache (Redis refused one
+            # of its events, or it was evicted): read its state only after Redis ran that batch.
+            inflight.pending.result()
+        projection = self.projection
+        reads = [projection.load_reads(sid) for sid in missing]
+        commands = [c for session_reads in reads for c in session_reads]
+        commands.append(("SMISMEMBER", self.blocked_key, *missing))
+        replies = pipelined(self.client, commands)
+        blocked = replies[-1]
+        at = 0
+        for sid, session_reads, is_blocked in zip(missing, reads, blocked, strict=True):
+            state = projection.load(replies[at : at + len(session_reads)])
+            at += len(session_reads)
+            cache[sid] = Entry(state, bool(is_blocked), partition=sessions[sid])
+
+    def evict(self) -> None:
+        """Down to the size kept. Called only once a batch is settled: every session of the
+        batch stays cached while it is in hand."""
+        while len(self.cache) > self.keep:
+            self.cache.popitem(last=False)
+
+    def forget_partitions(self, partitions: Collection[int]) -> None:
+        """The next owner applies these partitions' sessions: what the cache believes of them
+        is stale from now on. The sessions of the partitions kept stay cached."""
+        cache = self.cache
+        for sid in [
+            sid for sid, e in cache.items() if e.partition in partitions or e.partition < 0
+        ]:
+            del cache[sid]
+
+    def reset(self) -> None:
+        """After a failed batch: the link may hold unread replies, the cache be ahead of Redis."""
+        self.link.reset()
+        self.cache.clear()
+
+    def reconnect(self) -> None:
+        """In a forked process: Redis through connections of its own (redis-py's pool resets
+        itself in a new process; the link's connection is the parent's)."""
+        self.link = batch_io(self.client)
+        self.cache.clear()
+
+    def close(self) -> None:
+        self.link.close()
