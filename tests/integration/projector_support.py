@@ -5,17 +5,14 @@ partition, in a Kafka transaction), and projectors run in threads or processes."
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import redis
 from confluent_kafka import Producer
 from pydantic import SecretStr
 
@@ -25,6 +22,7 @@ from projectors.records import encode
 from schemas.records import event_headers
 from servicekit.partitioning import PRODUCER_PARTITIONER
 from servicekit.settings import KafkaSettings, RedisSettings
+from tests.support.processes import CliProcess
 
 CLOCK_MS = 1_700_000_000_000
 OFFLOAD = "interpreters.image_offload:offload_images"
@@ -217,20 +215,6 @@ def interleave(*sessions: dsh.Session) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what or condition}")
-
-
-def applied(client: redis.Redis, projection: str, session_id: str, prefix: str = "dsh") -> int:
-    value = client.hget(f"{prefix}:{{{session_id}}}:{projection}:meta", "applied")
-    return -1 if value is None else int(value)
-
-
 def projector_env(kafka: KafkaSettings, redis_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
     env.update(
@@ -245,14 +229,9 @@ def projector_env(kafka: KafkaSettings, redis_url: str, **extra: str) -> dict[st
 
 
 def start_projector_process(
-    projection: str, kafka: KafkaSettings, redis_url: str, **extra: str
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "cli", "project", projection],
-        env=projector_env(kafka, redis_url, **extra),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    projection: str, kafka: KafkaSettings, redis_url: str, log_path: Path, **extra: str
+) -> CliProcess:
+    return CliProcess(["project", projection], projector_env(kafka, redis_url, **extra), log_path)
 
 
 @contextmanager

@@ -36,9 +36,9 @@ from tests.integration.projector_support import (
     projectors_running,
     publish,
     scripted_session,
-    wait_until,
 )
 from tests.integration.writer_support import running_writer, writer_settings
+from tests.support.waiting import wait_for
 
 
 @dataclass
@@ -265,7 +265,7 @@ def test_a_blocked_session_is_an_error_saying_why(servers: Any) -> None:
     env = _env(kafka, servers.redis_url, prefix)
     reader = Reader(redis.Redis.from_url(servers.redis_url), Keys(prefix))
     with projectors_running(kafka, servers.redis_url, projections="", key_prefix=prefix):
-        wait_until(
+        wait_for(
             lambda: (
                 bool(reader.blocked("surface", needs.id))
                 and bool(reader.blocked("transcript", "garbled"))

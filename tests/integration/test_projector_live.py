@@ -24,14 +24,14 @@ from projectors.verify import verify
 from servicekit.settings import KafkaSettings, RedisSettings
 from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
-    applied,
     events_of,
     interleave,
     projectors_running,
     publish,
     simple_session,
-    wait_until,
 )
+from tests.support.read_models import KEYS, applied
+from tests.support.waiting import wait_for
 
 
 def test_a_ui_tails_the_transcript_live(
@@ -52,7 +52,7 @@ def test_a_ui_tails_the_transcript_live(
     tailer.start()
     with projectors_running(topics, servers.redis_url, names=("transcript",)):
         publish(topics, events[:10])
-        wait_until(lambda: applied(redis_client, "transcript", session.id) == 9, what="part 1")
+        wait_for(lambda: applied(redis_client, "transcript", session.id) == 9, what="part 1")
         publish(topics, events[10:])
         tailer.join(20)
     tail_client.close()
@@ -75,7 +75,7 @@ def test_two_surface_projectors_share_a_group_and_count_their_work(
         projectors_running(topics, servers.redis_url, names=("surface",)) as second,
     ):
         publish(topics, [e for s in sessions for e in events_of(s)])
-        wait_until(
+        wait_for(
             lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
             what="all sessions on the surface",
         )
@@ -106,7 +106,7 @@ def test_a_second_group_over_the_same_keys_applies_nothing_twice_and_counts_each
         return REGISTRY.get_sample_value("dsh_projector_events_total", labels) or 0.0
 
     with projectors_running(topics, servers.redis_url, names=("transcript",)):
-        wait_until(
+        wait_for(
             lambda: all(applied(redis_client, "transcript", s.id) == len(s) - 1 for s in sessions),
             what="all sessions in the transcript",
         )
@@ -116,12 +116,12 @@ def test_a_second_group_over_the_same_keys_applies_nothing_twice_and_counts_each
         topics, servers.redis_url, names=("transcript",), group_prefix=group
     ) as again:
         runtime = again["transcript"]
-        wait_until(lambda: runtime.stats["duplicate"] == total, what="every event seen again")
+        wait_for(lambda: runtime.stats["duplicate"] == total, what="every event seen again")
     assert runtime.stats["applied"] == 0
     assert counted("duplicate") - before["duplicate"] == total
     assert counted("applied") == before["applied"]
     for s in sessions:
-        meta = redis_client.hgetall(f"dsh:{{{s.id}}}:transcript:meta")
+        meta = redis_client.hgetall(KEYS.meta("transcript", s.id))
         assert int(meta[b"applies"]) == len(s)  # each event applied once, by the first group
 
 
@@ -137,7 +137,7 @@ def test_an_instance_joining_takes_only_its_share_while_the_other_keeps_its_own(
     with projectors_running(topics, servers.redis_url, names=("surface",)) as first:
         a = first["surface"]
         publish(topics, chunks[0])
-        wait_until(lambda: len(a.partitions) == TEST_PARTITIONS, what="the first owning all")
+        wait_for(lambda: len(a.partitions) == TEST_PARTITIONS, what="the first owning all")
         stop = threading.Event()
 
         def load() -> None:
@@ -150,7 +150,7 @@ def test_an_instance_joining_takes_only_its_share_while_the_other_keeps_its_own(
         loader.start()
         with projectors_running(topics, servers.redis_url, names=("surface",)) as second:
             b = second["surface"]
-            wait_until(
+            wait_for(
                 lambda: bool(b.partitions) and len(a.partitions | b.partitions) == TEST_PARTITIONS,
                 what="the two splitting the partitions",
             )
@@ -159,7 +159,7 @@ def test_an_instance_joining_takes_only_its_share_while_the_other_keeps_its_own(
             assert a.stats["partitions_assigned"] == TEST_PARTITIONS  # never handed back
             loader.join(60)
             assert not loader.is_alive()
-            wait_until(
+            wait_for(
                 lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
                 what="all sessions on the surface",
             )
@@ -178,7 +178,7 @@ def test_an_instance_giving_up_partitions_keeps_the_cached_sessions_of_the_other
     publish(topics, interleave(*sessions))
     with projectors_running(topics, servers.redis_url, names=("surface",)) as first:
         a = first["surface"]
-        wait_until(
+        wait_for(
             lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
             what="all sessions on the surface",
         )
@@ -186,7 +186,7 @@ def test_an_instance_giving_up_partitions_keeps_the_cached_sessions_of_the_other
         assert len(before) == len(sessions)
         with projectors_running(topics, servers.redis_url, names=("surface",)) as second:
             b = second["surface"]
-            wait_until(lambda: bool(b.partitions), what="the second taking its share")
+            wait_for(lambda: bool(b.partitions), what="the second taking its share")
             kept = {sid: e for sid, e in before.items() if e.partition in a.partitions}
             gone = before.keys() - kept.keys()
             assert kept and gone
@@ -202,14 +202,14 @@ def test_a_tiny_session_cache_reloads_state_from_redis_and_stays_exact(
     with projectors_running(
         topics, servers.redis_url, names=("surface",), cache_sessions=2, batch_size=7
     ):
-        wait_until(
+        wait_for(
             lambda: all(applied(redis_client, "surface", s.id) == len(s) - 1 for s in sessions),
             what="all sessions on the surface",
         )
     reader = Reader(redis_client, Keys())
     for s in sessions:
         assert reader.surface(s.id).messages == json.loads(json.dumps(s.derive_messages()))
-        assert redis_client.hget(f"dsh:{{{s.id}}}:surface:meta", "applies") == str(len(s)).encode()
+        assert redis_client.hget(KEYS.meta("surface", s.id), "applies") == str(len(s)).encode()
 
 
 def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wait_for_redis(
@@ -259,7 +259,7 @@ def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wa
     thread = threading.Thread(target=runtime.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_until(
+        wait_for(
             lambda: all(applied(redis_client, "transcript", s.id) == len(s) - 1 for s in sessions),
             what="all sessions in the transcript",
         )
@@ -270,5 +270,5 @@ def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wa
     assert not unacknowledged
     assert runtime.stats["applied"] == sum(len(s) for s in sessions)
     for s in sessions:
-        meta = redis_client.hgetall(f"dsh:{{{s.id}}}:transcript:meta")
+        meta = redis_client.hgetall(KEYS.meta("transcript", s.id))
         assert int(meta[b"applies"]) == len(s)  # nothing applied twice

@@ -18,7 +18,6 @@ from projectors.topic_reader import read_session
 from projectors.verify import verify
 from servicekit.settings import KafkaSettings
 from tests.integration.projector_support import (
-    applied,
     events_of,
     forked,
     interleave,
@@ -26,8 +25,9 @@ from tests.integration.projector_support import (
     projectors_running,
     publish,
     scripted_session,
-    wait_until,
 )
+from tests.support.read_models import KEYS, applied
+from tests.support.waiting import wait_for
 
 INTERPRETERS = {"image/offload": offload_images}
 
@@ -50,7 +50,7 @@ def test_scripted_session_read_models_match_the_core(
     last = {parent.id: len(parent) - 1, child.id: len(child) - 1}
 
     with projectors_running(topics, servers.redis_url):
-        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+        wait_for(lambda: _all_applied(redis_client, last), what="all three projections")
 
     reader = Reader(redis_client, Keys())
     for session in (parent, child):
@@ -121,7 +121,7 @@ def _projected_script(
     publish(topics, events_of(session))
     last = {session.id: len(session) - 1}
     with projectors_running(topics, redis_url):
-        wait_until(lambda: _all_applied(redis_client, last), what="all three projections")
+        wait_for(lambda: _all_applied(redis_client, last), what="all three projections")
     return session
 
 
@@ -129,7 +129,7 @@ def test_verify_reports_a_difference_with_a_nonzero_exit(
     topics: KafkaSettings, redis_client: redis.Redis, servers
 ) -> None:
     session = _projected_script(topics, redis_client, servers.redis_url, "sess-tampered")
-    key = f"dsh:{{{session.id}}}:surface:messages"
+    key = KEYS.session(session.id, "surface", "messages")
     node = session.surface.nodes[-1]
     record = json.loads(redis_client.hget(key, str(node)) or b"{}")
     record["message"]["content"] = [{"type": "text", "text": "tampered"}]
@@ -156,13 +156,13 @@ def test_verify_compares_every_audit_record_and_index_with_the_log(
     assert verify(session.id, log, reader, INTERPRETERS).ok
 
     # A turn end drops out of the index, and another's recorded reason is changed.
-    index_key = f"dsh:{{{session.id}}}:audit:index"
+    index_key = KEYS.session(session.id, "audit", "index")
     listed = redis_client.hget(index_key, "turns")
     assert isinstance(listed, bytes), listed
     turns = listed.decode().split(",")
     assert len(turns) >= 2, turns
     redis_client.hset(index_key, "turns", ",".join(turns[:-1]))
-    events_key = f"dsh:{{{session.id}}}:audit:events"
+    events_key = KEYS.session(session.id, "audit", "events")
     first_end = turns[0]
     record = json.loads(redis_client.hget(events_key, first_end) or b"{}")
     record["data"]["reason"] = {"kind": "tampered"}

@@ -8,6 +8,7 @@ import struct
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -30,7 +31,6 @@ from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     CLOCK_MS,
     OFFLOAD,
-    applied,
     events_of,
     interleave,
     projectors_running,
@@ -40,8 +40,9 @@ from tests.integration.projector_support import (
     start_projector_process,
     text,
     user,
-    wait_until,
 )
+from tests.support.read_models import KEYS, applied
+from tests.support.waiting import wait_for
 
 PROJECTIONS = ("surface", "transcript", "audit")
 INTERPRETERS = {"image/offload": offload_images}
@@ -51,7 +52,7 @@ def _caught_up(client: redis.Redis, last: dict[str, int], projections=PROJECTION
     pipe = client.pipeline(transaction=False)
     for sid in last:
         for projection in projections:
-            pipe.hget(f"dsh:{{{sid}}}:{projection}:meta", "applied")
+            pipe.hget(KEYS.meta(projection, sid), "applied")
     values = iter(pipe.execute())
     return all(int(next(values) or -1) == want for want in last.values() for _ in projections)
 
@@ -125,9 +126,9 @@ def test_a_poison_record_blocks_its_session_and_no_other(
     codes = expected_codes.values()
     letters_before = {(p, c): dead_lettered(p, c) for p in PROJECTIONS for c in codes}
     with projectors_running(topics, servers.redis_url):
-        wait_until(lambda: _caught_up(redis_client, last), what="the good sessions")
+        wait_for(lambda: _caught_up(redis_client, last), what="the good sessions")
         blocked = {codec.id, fingerprint.id, rule.id}
-        wait_until(
+        wait_for(
             lambda: all(
                 redis_client.sismember(f"dsh:blocked:{p}", sid)
                 for p in PROJECTIONS
@@ -135,7 +136,7 @@ def test_a_poison_record_blocks_its_session_and_no_other(
             ),
             what="the poisoned sessions to be blocked",
         )
-        wait_until(
+        wait_for(
             lambda: all(
                 REGISTRY.get_sample_value("dsh_projector_blocked_sessions", {"projector": p}) == 3
                 for p in PROJECTIONS
@@ -173,7 +174,7 @@ def test_a_missing_interpreter_blocks_the_surface_of_that_session_only(
     plain = simple_session("plain", turns=2)
     publish(topics, interleave(needs, plain))
     with projectors_running(topics, servers.redis_url, projections=""):
-        wait_until(
+        wait_for(
             lambda: (
                 _caught_up(
                     redis_client,
@@ -203,7 +204,7 @@ def test_a_missing_interpreter_blocks_the_surface_of_that_session_only(
 
 
 def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
-    topics: KafkaSettings, redis_client: redis.Redis, servers
+    topics: KafkaSettings, redis_client: redis.Redis, servers, tmp_path: Path
 ) -> None:
     sessions = [simple_session(f"kill-{i}", turns=12) for i in range(60)]  # 60 x 72 events
     publish(topics, interleave(*sessions))
@@ -214,7 +215,7 @@ def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
     def progress(projection: str) -> int:
         pipe = redis_client.pipeline(transaction=False)
         for sid in last:
-            pipe.hget(f"dsh:{{{sid}}}:{projection}:meta", "applied")
+            pipe.hget(KEYS.meta(projection, sid), "applied")
         return sum(int(v) + 1 for v in pipe.execute() if v is not None)
 
     # One projector at a time, each killed an eighth of the way into its own events (it can get
@@ -222,28 +223,33 @@ def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
     # first and leave its restart nothing to do.
     killed_at = {}
     for projection in PROJECTIONS:
-        process = start_projector_process(projection, topics, servers.redis_url, **settings)
+        log = tmp_path / f"first-{projection}.log"
+        process = start_projector_process(projection, topics, servers.redis_url, log, **settings)
         try:
-            wait_until(
+            wait_for(
                 lambda p=projection: progress(p) >= total // 8,  # type: ignore[misc]
                 timeout_s=60,
                 what=f"an eighth of the events in {projection}",
             )
         finally:
-            process.send_signal(signal.SIGKILL)
-            process.wait(10)
+            process.kill()
         killed_at[projection] = progress(projection)
         assert killed_at[projection] < total, f"{projection} finished before the kill"
 
     ports = dict(zip(PROJECTIONS, free_ports(3), strict=True))
     second = [
         start_projector_process(
-            p, topics, servers.redis_url, **settings, DSH_PROJECTOR_METRICS_PORT=str(ports[p])
+            p,
+            topics,
+            servers.redis_url,
+            tmp_path / f"second-{p}.log",
+            **settings,
+            DSH_PROJECTOR_METRICS_PORT=str(ports[p]),
         )
         for p in PROJECTIONS
     ]
     try:
-        wait_until(lambda: _caught_up(redis_client, last), timeout_s=60, what="the restart")
+        wait_for(lambda: _caught_up(redis_client, last), timeout_s=60, what="the restart")
         time.sleep(1.2)  # one more housekeeping round for the gauges
         for projection, port in ports.items():
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
@@ -261,16 +267,17 @@ def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
             assert "dsh_projector_apply_seconds_bucket" in exposed
     finally:
         for process in second:
-            process.send_signal(signal.SIGTERM)
-        outputs = [process.communicate(timeout=30)[0].decode() for process in second]
-    assert all(p.returncode == 0 for p in second), outputs
+            process.signal(signal.SIGTERM)
+        codes = [process.wait(30) for process in second]
+        outputs = [process.log() for process in second]
+    assert codes == [0, 0, 0], outputs
     print(killed_at, total, *(o.splitlines()[-1] for o in outputs), sep="\n")
 
     for sid, want in last.items():
         for projection in PROJECTIONS:
-            applies = redis_client.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
+            applies = redis_client.hget(KEYS.meta(projection, sid), "applies")
             assert int(applies or 0) == want + 1, (sid, projection)  # never applied twice
-        assert redis_client.xlen(f"dsh:{{{sid}}}:transcript") == 12 * 2 + 12 * 2
+        assert redis_client.xlen(KEYS.session(sid, "transcript")) == 12 * 2 + 12 * 2
     reader = Reader(redis_client, Keys())
     for session in sessions[:5]:
         report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
@@ -285,14 +292,14 @@ def test_flushall_under_running_projectors_is_detected_and_rebuilt(
     publish(topics, [(s.id, e.to_json()) for s in sessions for e in s.events()[: half[s.id]]])
     with projectors_running(topics, servers.redis_url) as runtimes:
         first_halves = {sid: h - 1 for sid, h in half.items()}
-        wait_until(lambda: _caught_up(redis_client, first_halves), what="the first halves")
+        wait_for(lambda: _caught_up(redis_client, first_halves), what="the first halves")
         redis_client.flushall()
         # The rest of two sessions arrives after the flush: those hit a gap; the other two are
         # found by the projectors' sentinel check.
         rest = [(s.id, e.to_json()) for s in sessions[:2] for e in s.events()[half[s.id] :]]
         publish(topics, rest)
         last = {**first_halves, **{s.id: len(s) - 1 for s in sessions[:2]}}
-        wait_until(lambda: _caught_up(redis_client, last), what="the rebuild")
+        wait_for(lambda: _caught_up(redis_client, last), what="the rebuild")
         lost = [rt.stats["redis_lost"] for rt in runtimes.values()]
     assert all(n >= 1 for n in lost), lost
 
@@ -313,11 +320,11 @@ def test_redis_connections_killed_under_load_still_apply_every_event_once(
         for _ in range(5):
             time.sleep(0.15)
             redis_client.client_kill_filter(_type="normal", skipme=True)
-        wait_until(lambda: _caught_up(redis_client, last), timeout_s=60, what="catching up")
+        wait_for(lambda: _caught_up(redis_client, last), timeout_s=60, what="catching up")
         stats = {name: dict(rt.stats) for name, rt in runtimes.items()}
     for sid, want in last.items():
         for projection in PROJECTIONS:
-            applies = redis_client.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
+            applies = redis_client.hget(KEYS.meta(projection, sid), "applies")
             assert int(applies or 0) == want + 1, (sid, projection, stats)
     reader = Reader(redis_client, Keys())
     for session in sessions[:3]:
@@ -332,10 +339,10 @@ def test_redis_lost_while_the_projectors_were_down_is_rebuilt_at_start(
     publish(topics, interleave(*sessions))
     last = {s.id: len(s) - 1 for s in sessions}
     with projectors_running(topics, servers.redis_url):
-        wait_until(lambda: _caught_up(redis_client, last), what="the first run")
+        wait_for(lambda: _caught_up(redis_client, last), what="the first run")
     redis_client.flushall()  # offsets stay committed in Kafka; Redis has nothing
     with projectors_running(topics, servers.redis_url):
-        wait_until(lambda: _caught_up(redis_client, last), what="the rebuild at start")
+        wait_for(lambda: _caught_up(redis_client, last), what="the rebuild at start")
     reader = Reader(redis_client, Keys())
     for session in sessions[:2]:
         report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)

@@ -33,15 +33,16 @@ from tests.integration.projector_support import (
     simple_session,
     text,
     user,
-    wait_until,
 )
+from tests.support.read_models import KEYS
+from tests.support.waiting import wait_for
 
 PROJECTIONS = ("surface", "transcript", "audit")
 INTERPRETERS = {"image/offload": offload_images}
 
 
 def _applied(client: redis.RedisCluster, sid: str, projection: str) -> int:
-    value = client.hget(f"dsh:{{{sid}}}:{projection}:meta", "applied")
+    value = client.hget(KEYS.meta(projection, sid), "applied")
     return -1 if value is None else int(value)
 
 
@@ -63,7 +64,7 @@ def _owner_port(servers: ClusterServers, slot: int) -> int:
 
 
 def _session_slot(sid: str) -> int:
-    return key_slot(f"dsh:{{{sid}}}:surface:meta".encode())
+    return key_slot(KEYS.meta("surface", sid).encode())
 
 
 def _migrate_slot(servers: ClusterServers, slot: int, *, finish: bool = True) -> int:
@@ -158,7 +159,7 @@ def test_projectors_on_a_cluster_match_the_core(
     half = {s.id: len(s) // 2 for s in sessions}
     publish(topics, [(s.id, e.to_json()) for s in sessions for e in s.events()[: half[s.id]]])
     with projectors_running(topics, redis_cluster_servers.url, cluster=True) as runtimes:
-        wait_until(
+        wait_for(
             lambda: _caught_up(redis_cluster, {sid: h - 1 for sid, h in half.items()}),
             what="the first halves",
         )
@@ -166,7 +167,7 @@ def test_projectors_on_a_cluster_match_the_core(
         redis_cluster.script_flush()
         publish(topics, [(s.id, e.to_json()) for s in sessions for e in s.events()[half[s.id] :]])
         last = {s.id: len(s) - 1 for s in sessions}
-        wait_until(lambda: _caught_up(redis_cluster, last), what="the second halves")
+        wait_for(lambda: _caught_up(redis_cluster, last), what="the second halves")
         stats = {name: dict(rt.stats) for name, rt in runtimes.items()}
         resent = {name: dict(rt.link.io.resent) for name, rt in runtimes.items()}
     # The scripts are shared by the projections: whichever meets NOSCRIPT on a primary first
@@ -176,7 +177,7 @@ def test_projectors_on_a_cluster_match_the_core(
         assert s.get("gap", 0) == 0 and s.get("rebuilt", 0) == 0, (name, s)
     for sid, want in last.items():
         for projection in PROJECTIONS:
-            applies = redis_cluster.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
+            applies = redis_cluster.hget(KEYS.meta(projection, sid), "applies")
             assert int(applies or 0) == want + 1, (sid, projection)
     _verify_all(redis_cluster, topics, last)
 
@@ -191,7 +192,7 @@ def test_a_flushall_of_one_primary_is_detected_and_rebuilt(
     last = {s.id: len(s) - 1 for s in sessions}
     owner = {s.id: _owner_port(redis_cluster_servers, _session_slot(s.id)) for s in sessions}
     with projectors_running(topics, redis_cluster_servers.url, cluster=True) as runtimes:
-        wait_until(lambda: _caught_up(redis_cluster, last), what="the first run")
+        wait_for(lambda: _caught_up(redis_cluster, last), what="the first run")
         # One primary loses everything; no event follows, so no gap can reveal it: only the
         # sentinels on every primary do.
         # Not the primary of the first tag (``{n0}``): every primary has a sentinel.
@@ -200,7 +201,7 @@ def test_a_flushall_of_one_primary_is_detected_and_rebuilt(
         with redis.Redis(port=victim) as node:
             node.flushall()
         assert not _caught_up(redis_cluster, last)
-        wait_until(lambda: _caught_up(redis_cluster, last), what="the rebuild")
+        wait_for(lambda: _caught_up(redis_cluster, last), what="the rebuild")
         lost = [rt.stats["redis_lost"] for rt in runtimes.values()]
     assert all(n >= 1 for n in lost), lost
     _verify_all(redis_cluster, topics, last)
@@ -215,7 +216,7 @@ def test_one_primary_lost_while_the_projectors_were_down_is_rebuilt_at_start(
     publish(topics, interleave(*sessions))
     last = {s.id: len(s) - 1 for s in sessions}
     with projectors_running(topics, redis_cluster_servers.url, cluster=True):
-        wait_until(lambda: _caught_up(redis_cluster, last), what="the first run")
+        wait_for(lambda: _caught_up(redis_cluster, last), what="the first run")
     # Not the primary of the one marks key a single Redis would have: every primary has marks.
     single = _owner_port(redis_cluster_servers, key_slot(b"dsh:projection:surface:initialized"))
     owners = {_owner_port(redis_cluster_servers, _session_slot(s.id)) for s in sessions}
@@ -223,7 +224,7 @@ def test_one_primary_lost_while_the_projectors_were_down_is_rebuilt_at_start(
     with redis.Redis(port=victim) as node:
         node.flushall()  # offsets stay committed in Kafka; that primary has nothing
     with projectors_running(topics, redis_cluster_servers.url, cluster=True):
-        wait_until(lambda: _caught_up(redis_cluster, last), what="the rebuild at start")
+        wait_for(lambda: _caught_up(redis_cluster, last), what="the rebuild at start")
     _verify_all(redis_cluster, topics, [s.id for s in sessions[:3]])
 
 
@@ -238,7 +239,7 @@ def test_a_session_slot_moved_under_running_projectors(
     publish(topics, [e for sid, evs in events.items() for e in evs[: half[sid]]])
     with projectors_running(topics, redis_cluster_servers.url, cluster=True) as runtimes:
         first = {sid: h - 1 for sid, h in half.items()}
-        wait_until(lambda: _caught_up(redis_cluster, first), what="the first halves")
+        wait_for(lambda: _caught_up(redis_cluster, first), what="the first halves")
         slot = _session_slot(moving.id)
         before = _owner_port(redis_cluster_servers, slot)
         after = _migrate_slot(redis_cluster_servers, slot)
@@ -246,7 +247,7 @@ def test_a_session_slot_moved_under_running_projectors(
         # The projectors' slot maps still name the old owner: its MOVED is followed.
         publish(topics, [e for sid, evs in events.items() for e in evs[half[sid] :]])
         last = {sid: len(evs) - 1 for sid, evs in events.items()}
-        wait_until(lambda: _caught_up(redis_cluster, last), what="the second halves")
+        wait_for(lambda: _caught_up(redis_cluster, last), what="the second halves")
         stats = {name: dict(rt.stats) for name, rt in runtimes.items()}
         resent = {name: dict(rt.link.io.resent) for name, rt in runtimes.items()}
         owners = {
@@ -273,27 +274,25 @@ def test_a_primary_down_then_back_empty_fails_batches_then_rebuilds(
     publish(topics, [e for sid, evs in events.items() for e in evs[: half[sid]]])
     with projectors_running(topics, redis_cluster_servers.url, cluster=True) as runtimes:
         first = {sid: h - 1 for sid, h in half.items()}
-        wait_until(lambda: _caught_up(redis_cluster, first), what="the first halves")
+        wait_for(lambda: _caught_up(redis_cluster, first), what="the first halves")
         # A primary dies (no replica takes over); batches fail whole and are not committed.
         victim.stop()
         # One session of that primary gets no more events: only the sentinels can tell that
         # it must be rebuilt; the others hit a gap too.
         idle = next(sid for sid in events if owner[sid] == victim_port)
         publish(topics, [e for sid, evs in events.items() if sid != idle for e in evs[half[sid] :]])
-        wait_until(
-            lambda: any(rt.link.io.stale for rt in runtimes.values()), what="a batch to fail"
-        )
+        wait_for(lambda: any(rt.link.io.stale for rt in runtimes.values()), what="a batch to fail")
         # It comes back empty, with its slots: the sentinels notice, the partitions replay.
         victim.start()
         redis_cluster_servers.local.wait_ready()
         last = {sid: len(evs) - 1 for sid, evs in events.items()}
         last[idle] = half[idle] - 1
-        wait_until(lambda: _caught_up(redis_cluster, last), timeout_s=90, what="the rebuild")
+        wait_for(lambda: _caught_up(redis_cluster, last), timeout_s=90, what="the rebuild")
         lost = {name: rt.stats["redis_lost"] for name, rt in runtimes.items()}
     assert all(n >= 1 for n in lost.values()), lost
     for sid, want in last.items():
         for projection in PROJECTIONS:
-            applies = redis_cluster.hget(f"dsh:{{{sid}}}:{projection}:meta", "applies")
+            applies = redis_cluster.hget(KEYS.meta(projection, sid), "applies")
             assert int(applies or 0) == want + 1, (sid, projection, owner[sid] == victim_port)
     _verify_all(redis_cluster, topics, last)
 

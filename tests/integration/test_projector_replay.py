@@ -24,7 +24,6 @@ from projectors.verify import verify
 from servicekit.settings import KafkaSettings, RedisSettings
 from tests.integration.projector_support import (
     OFFLOAD,
-    applied,
     events_of,
     forked,
     interleave,
@@ -33,6 +32,7 @@ from tests.integration.projector_support import (
     scripted_session,
     simple_session,
 )
+from tests.support.read_models import KEYS, applied
 
 INTERPRETERS = {"image/offload": offload_images}
 
@@ -72,16 +72,14 @@ def test_replay_all_then_one_session(
         assert report.ok, "\n".join(report.differences)
 
     # Lose one session's surface; replaying just that session and projection restores it.
-    redis_client.delete(f"dsh:{{{parent.id}}}:surface:meta")
+    redis_client.delete(KEYS.meta("surface", parent.id))
     assert applied(redis_client, "surface", parent.id) == -1
     done = _dsh(topics, servers.redis_url, "replay", parent.id, "--projection", "surface")
     assert done.returncode == 0, done.stderr
     assert "replayed" in done.stdout
     report = verify(parent.id, read_session(topics, parent.id), reader, INTERPRETERS)
     assert report.ok, "\n".join(report.differences)
-    assert int(redis_client.hget(f"dsh:{{{parent.id}}}:surface:meta", "applies") or 0) == len(
-        parent
-    )
+    assert int(redis_client.hget(KEYS.meta("surface", parent.id), "applies") or 0) == len(parent)
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["one-session", "whole-topic"])
@@ -125,7 +123,7 @@ def test_a_replay_applies_what_a_running_projector_applied_past_its_scan(
     assert raced
     for name in names:
         assert applied(redis_client, name, session.id) == len(session) - 1, name
-        meta = f"dsh:{{{session.id}}}:{name}:meta"
+        meta = KEYS.meta(name, session.id)
         assert int(redis_client.hget(meta, "applies") or 0) == len(session), name  # once each
     reader = Reader(redis_client, Keys())
     report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)

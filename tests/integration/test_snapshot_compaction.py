@@ -27,9 +27,9 @@ from tests.integration.writer_support import (
     PARTITIONS,
     running_writer,
     user,
-    wait_for,
     writer_settings,
 )
+from tests.support.waiting import wait_for
 
 
 def _set_topic_config(kafka: KafkaSettings, topic: str, config: dict[str, str]) -> None:

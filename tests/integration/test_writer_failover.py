@@ -23,8 +23,8 @@ from tests.integration.writer_support import (
     split,
     stop_mid_batch,
     user,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 ALL = list(range(PARTITIONS))
 
@@ -98,7 +98,7 @@ def test_sigkill_one_writer_mid_load_loses_and_duplicates_nothing(
             for t in threads:
                 t.start()
             wait_for(lambda: all(len(v) >= 10 for v in acked.values()), 60, "load running")
-            a.process.send_signal(signal.SIGKILL)
+            a.signal(signal.SIGKILL)
             at_kill = {sid: len(v) for sid, v in acked.items()}
             wait_for(lambda: b.owned() == ALL, 60, "the survivor owning every partition")
             wait_for(
@@ -142,7 +142,7 @@ def test_a_paused_writer_that_lost_its_partitions_cannot_publish(
             assert held.result(60).seq == 3
             assert client.append(sid, "user/message", user("after"), surface_op="append").seq == 4
 
-            a.process.send_signal(signal.SIGCONT)
+            a.signal(signal.SIGCONT)
             wait_for(lambda: "transaction aborted" in a.log(), 30, "the zombie's abort")
             time.sleep(1)  # anything it could still publish would be committed by now
             events = client.read(sid).events()

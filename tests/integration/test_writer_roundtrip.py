@@ -48,10 +48,10 @@ from tests.integration.writer_support import (
     run_script_in_process,
     running_writer,
     user,
-    wait_for,
     without_time,
     writer_settings,
 )
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ broker. A writer still in the group is never fenced."""
 
 from __future__ import annotations
 
-import signal
 import uuid
 from pathlib import Path
 
@@ -22,8 +21,8 @@ from tests.integration.writer_support import (
     WriterProcess,
     split,
     stop_mid_batch,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 ALL = list(range(PARTITIONS))
 
@@ -120,8 +119,7 @@ def test_a_dead_owners_open_transaction_is_fenced_not_waited_out(
         with SessionClient(settings=topics, timeout=60) as client:
             # A stops with the batch's offsets sent to its transaction, uncommitted.
             sid, held = stop_mid_batch(client, a, "dead-1")
-            a.process.send_signal(signal.SIGKILL)
-            a.process.wait(10)
+            a.kill()
             wait_for(lambda: b.owned() == ALL, 40, "the other writer taking every partition")
             assert held.result(30).seq == 3  # B answers it from the commands log
             events = client.read(sid).events()

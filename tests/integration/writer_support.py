@@ -3,9 +3,6 @@ run in-process (a thread) or as `python -m cli writer` subprocesses."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -28,6 +25,8 @@ from schemas import draft
 from servicekit import kafka_clients
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
+from tests.support.processes import CliProcess, service_env
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
@@ -155,14 +154,6 @@ def without_time(events: Any) -> list[dict[str, Any]]:
     return [{k: v for k, v in e.to_json().items() if k != "time"} for e in events]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def writer_settings(**overrides: Any) -> WriterSettings:
     values: dict[str, Any] = {
         "group_id": f"dsh-writer-{uuid.uuid4().hex[:8]}",
@@ -202,49 +193,16 @@ def running_writer(kafka: KafkaSettings, settings: WriterSettings) -> Iterator[W
         raise failure[0]
 
 
-class WriterProcess:
-    """`python -m cli writer` with env settings, its log in a file the test can read."""
+class WriterProcess(CliProcess):
+    """`python -m cli writer` with ``DSH_WRITER_*`` settings, its log in a file the test reads."""
 
     def __init__(self, kafka: KafkaSettings, log_path: Path, **settings: Any) -> None:
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("DSH_KAFKA_", "DSH_WRITER_"))
-        }
-        env["DSH_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap_servers
-        env["DSH_KAFKA_TOPIC_PREFIX"] = kafka.topic_prefix
-        for key, value in settings.items():
-            env[f"DSH_WRITER_{key.upper()}"] = str(value)
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "cli", "writer"],
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+        env = service_env(
+            kafka,
+            clear=("DSH_KAFKA_", "DSH_WRITER_"),
+            **{f"DSH_WRITER_{key.upper()}": str(value) for key, value in settings.items()},
         )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def owned(self) -> list[int] | None:
-        """The partitions the last assignment line says it owns (None before the first)."""
-        owned = None
-        for line in self.log().splitlines():
-            if "; owning [" in line:
-                inside = line.rsplit("; owning [", 1)[1].split("]", 1)[0]
-                owned = [int(p) for p in inside.split(",") if p.strip()]
-        return owned
-
-    def stopped(self) -> bool:
-        """True while the process is SIGSTOPped (state T in /proc)."""
-        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-        self._log.close()
+        super().__init__(["writer"], env, log_path)
 
 
 def stop_mid_batch(

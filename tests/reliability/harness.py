@@ -8,9 +8,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -26,10 +23,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from pydantic import SecretStr
 
 from producers import AppendTimeoutError, SessionClient
+from projectors.keys import Keys
 from schemas import HEADER_REQUEST, decode_event
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.stacks import DUMP_SIGNAL
+from tests.support.processes import CliProcess
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_FRAME = f'File "{REPO}/'  # a stack frame of the project's own code
@@ -55,24 +55,6 @@ class Load:
         return cls("reduced", sessions=24, window=4, warmup_s=2.0, after_s=1.0)
 
 
-def wait_for(
-    predicate: Callable[[], bool],
-    timeout: float,
-    what: str,
-    explain: Callable[[], str] | None = None,
-) -> float:
-    """Poll until true; returns the seconds it took. Bounded: fails after ``timeout``, with
-    ``explain()`` (what is still missing) in the message."""
-    started = time.monotonic()
-    deadline = started + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            detail = f": {explain()}" if explain is not None else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
 def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
     """``DSH_KAFKA_*`` for a child process, secrets included (they stay in the env)."""
     env = {}
@@ -90,71 +72,24 @@ def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
     return env
 
 
-class Service:
-    """``python -m cli ARGS`` with its own env and a log file; signals go to its pid."""
+class Service(CliProcess):
+    """A service the pipeline's supervisor keeps running: it restarts it when it exits."""
 
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.name = name
-        self.args = args
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")} | env
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
         # Exit codes of the processes that exited on their own, each restarted by the supervisor.
         self.exit_codes: list[int] = []
         self.expected_down = False  # killed on purpose: the supervisor leaves it down
-        self.lock = threading.Lock()  # the test and the supervisor both start processes
-        self.start()
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+        super().__init__(args, clean | env, log_path)
 
     def start(self) -> None:
-        with self.lock, self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "cli", *self.args],
-                cwd=REPO,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-            self.expected_down = False  # only once the new process is there
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def signal(self, sig: signal.Signals) -> None:
-        assert self.process is not None
-        self.process.send_signal(sig)
+        super().start()
+        self.expected_down = False  # only once the new process is there
 
     def kill(self) -> None:
-        """SIGKILL, as a crash would, and reap it."""
-        assert self.process is not None
         self.expected_down = True
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def owned(self) -> list[int] | None:
-        """A writer's partitions, from its last "; owning [..]" line (None before any)."""
-        owned = None
-        for line in self.log().splitlines():
-            if "; owning [" in line:
-                inside = line.rsplit("; owning [", 1)[1].split("]", 1)[0]
-                owned = [int(p) for p in inside.split(",") if p.strip()]
-        return owned
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            with_cont = self.process
-            with_cont.send_signal(signal.SIGCONT)
-            with_cont.send_signal(signal.SIGKILL)
-            with_cont.wait(10)
+        super().kill()
 
 
 @dataclass
@@ -497,11 +432,6 @@ def check_history(kafka: KafkaSettings, history: History) -> Verdict:
     )
 
 
-def applied(client: redis.Redis, prefix: str, projection: str, sid: str) -> int:
-    value = client.hget(f"{prefix}:{{{sid}}}:{projection}:meta", "applied")
-    return -1 if value is None else int(value)
-
-
 def lagging(
     client: redis.Redis, prefix: str, targets: dict[str, int], projections: Iterable[str]
 ) -> dict[str, list[str]] | None:
@@ -510,7 +440,7 @@ def lagging(
     pipe = client.pipeline(transaction=False)
     pairs = [(p, sid) for p in projections for sid, seq in targets.items() if seq >= 0]
     for p, sid in pairs:
-        pipe.hget(f"{prefix}:{{{sid}}}:{p}:meta", "applied")
+        pipe.hget(Keys(prefix).meta(p, sid), "applied")
     try:
         values = pipe.execute()
     except redis.RedisError:

@@ -50,8 +50,8 @@ from tests.reliability.harness import (
     record_figures,
     sessions_spread,
     verify_all,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")

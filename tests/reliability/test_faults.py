@@ -34,8 +34,8 @@ from tests.reliability.harness import (
     sessions_spread,
     split,
     verify_all,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 ALL = list(range(PARTITIONS))
 BROKER_DOWN_S = 5.0

@@ -34,8 +34,8 @@ from tests.reliability.harness import (
     sessions_spread,
     split,
     verify_all,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 REDIS_USER = "dsh-projector"
 REDIS_PASSWORD = SecretStr("redis-pw-" + "7f3c9a1e5b")
