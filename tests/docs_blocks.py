@@ -8,6 +8,7 @@ rest against a real pipeline.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ Kind = Literal["run", "check", "ci"]
 # building one would replace the shared venv) and BIN= the directory whose `dsh` to run: what
 # is left of the recipe is exactly `dsh setup` then `dsh demo` (tests/unit/test_docs.py).
 MAKE_DEMO_PREFIX = ("make", "-o", ".venv/.installed-stamp", "-o", ".venv/.native-stamp")
+# Left out of the environment of what the tests run: a reader's shell has none of the test's
+# settings, and under `make test` make's own variables would turn `make` into a sub-make.
+INHERITED = ("DSH_", "PYTEST_", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class Command:
     text: str  # as written, continuation lines joined
     env: dict[str, str]  # VAR=value assignments before the program
     words: list[str]  # the program and its arguments, comments dropped
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}, **extra}
 
 
 def blocks(path: Path) -> list[Block]:

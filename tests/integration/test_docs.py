@@ -40,6 +40,7 @@ from tests.docs_blocks import (
     Block,
     block_kind,
     blocks,
+    clean_env,
     commands,
 )
 
@@ -85,9 +86,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         script.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
         script.chmod(0o755)
     kafka_port, controller_port, redis_port = free_ports(3)
-    # Not make's own variables either: under `make test` they would reach `make demo`.
-    inherited = ("DSH_", "PYTEST_", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
+    env = clean_env()
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),

@@ -10,7 +10,6 @@ checked against the real programs), and `make test`, which is what CI runs (`.ci
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from tests.docs_blocks import (
     Command,
     all_blocks,
     block_kind,
+    clean_env,
     commands,
     is_benchmark,
 )
@@ -82,6 +82,7 @@ def test_make_demo_is_setup_then_the_demo_once_the_venv_is_built() -> None:
     result = subprocess.run(
         [*MAKE_DEMO_PREFIX, "-n", "BIN=/venv/bin", "demo"],
         cwd=ROOT,
+        env=clean_env(),
         capture_output=True,
         text=True,
         check=True,
@@ -114,18 +115,13 @@ def test_a_command_that_cannot_run_here_uses_what_exists(block: Block, command: 
         raise AssertionError(f"{block.where}: no check for {command.text!r}")
 
 
-def _clean_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DSH_"))}
-    return {**env, **extra}
-
-
 def _check_pytest(command: Command) -> None:
     """The paths, marks and -k selections collect tests (running them takes minutes)."""
     args = [a for a in command.words[1:] if a != "-s"]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
-        env=_clean_env(command.env),
+        env=clean_env(**command.env),
         capture_output=True,
         text=True,
         timeout=300,
@@ -143,7 +139,7 @@ def _check_benchmark(command: Command) -> None:
     result = subprocess.run(
         [sys.executable, *program, "--help"],
         cwd=ROOT,
-        env=_clean_env({}),
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=120,
