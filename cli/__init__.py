@@ -15,6 +15,7 @@ from cli import (
     demo,
     io_commands,
     projector_commands,
+    settings_reference,
     stack_commands,
     writer_commands,
 )
@@ -49,8 +50,8 @@ Moving sessions in and out:
 
 Settings come from the environment: DSH_LOCAL_* for the local stack (ports, state dir,
 broker count), DSH_KAFKA_* and DSH_REDIS_* for how services and commands connect,
-DSH_WRITER_*, DSH_PROJECTOR_* and DSH_LOG_* for the services. Errors print as
-`dsh: error [CODE]: message` and exit 1.
+DSH_WRITER_*, DSH_PROJECTOR_* and DSH_LOG_* for the services; `dsh settings` lists them all.
+Errors print as `dsh: error [CODE]: message` and exit 1.
 """
 
 
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     projector_commands.register(commands)
     writer_commands.register(commands)
     io_commands.register(commands)
+    settings_reference.register(commands)
     return parser
 
 

@@ -97,8 +97,8 @@ class SessionClient:
         ``linger_ms``: how long a command may wait in the client so that commands sent close
         together reach the broker in one request. Each request costs the broker CPU; a
         client sending hundreds of appends per second spares it a request per command with a
-        few ms (BENCHMARKS.md, projectors round 4: 5 ms at 1,000 appends/s), at the cost of up
-        to that long on each append."""
+        few ms (5 ms at 1,000 appends/s; docs/operations.md, "Tuning"), at the cost of up to
+        that long on each append."""
         if not 0 <= linger_ms <= MAX_LINGER_MS:
             raise ConfigError(
                 f"linger_ms must be between 0 and {MAX_LINGER_MS}, got {linger_ms}",

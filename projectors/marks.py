@@ -1,5 +1,5 @@
 """How a projector process notices that Redis lost its data: its sentinel key and the marks
-of the partitions it projected (see the README's "Lost Redis").
+of the partitions it projected (docs/read-models.md, "Lost Redis").
 
 One Redis holds one sentinel and one hash of marks. A Redis Cluster loses data one primary at
 a time (a FLUSHALL, a primary restarted empty), so there every primary holds its own: the key

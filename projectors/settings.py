@@ -10,46 +10,53 @@ from pydantic_settings import SettingsConfigDict
 from servicekit.settings import StrictSettings
 
 
+# Each field's docstring is its entry in docs/settings.md (`python -m cli settings`).
 class ProjectorSettings(StrictSettings):
+    """The projectors, `dsh project surface|transcript|audit`, and the commands that read or
+    rebuild their read models (`dsh show`, `dsh tail`, `dsh verify`, `dsh replay`)
+    (``DSH_PROJECTOR_*``)."""
+
     model_config = SettingsConfigDict(env_prefix="DSH_PROJECTOR_", extra="forbid", frozen=True)
 
-    # One consumer group per projection; the projection name is appended.
     group_prefix: str = "dsh-projector"
-    # Every Redis key starts with this, then the hash-tagged session id.
+    """Consumer groups are `<prefix>-<projection>`: one group per projection."""
     key_prefix: str = "dsh"
+    """First part of every Redis key, before the hash-tagged session id."""
     batch_size: int = 500
+    """Most records applied to Redis in one batch."""
     poll_timeout_s: float = 0.2
-    # How often the process checks that Redis still holds its sentinel (FLUSHALL detection).
+    """How long one poll of the events topic waits for records."""
     sentinel_interval_s: float = 1.0
-    # Message-projection interpreters, "event/type=package.module:function,…". A type missing
-    # here blocks every session that uses it, as the core would refuse to read it.
+    """How often the process checks that Redis still holds its sentinel key; a lost one (an
+    empty Redis) makes it replay its partitions."""
     projections: str = ""
-    # Static group membership (Kafka's group.instance.id, e.g. a pod name): a restarted process
-    # takes its partitions back at once instead of waiting out the dead member's session.
+    """Message-projection interpreters, `event/type=package.module:function,…`, the same as the
+    writer's; a session that uses a type missing here is blocked."""
     instance_id: str | None = None
+    """Static group membership (Kafka's `group.instance.id`, e.g. a pod name): a restarted
+    process gets its partitions back without waiting for its old session to expire."""
     session_timeout_ms: int = 10_000
-    # How often the group consumer heartbeats: it is how an instance hears that another one
-    # joined or left, so it bounds how long a moved partition waits (twice: revoked, then
-    # assigned). Capped at a third of the session timeout; one small request per interval.
+    """Group session timeout: how long a projector that stopped heartbeating keeps its
+    partitions."""
     heartbeat_interval_ms: Annotated[int, Field(ge=100)] = 500
-    # 0 disables the Prometheus endpoint.
+    """How often the projector heartbeats its group, capped at a third of the session timeout;
+    it bounds how long an instance takes to hear that another joined or left."""
     metrics_port: int = 0
-    # An offset commit (it has no timeout of its own) still waiting this long past 30 s ends
-    # the process (exit code 70) for its supervisor to start afresh (servicekit/watchdog.py).
-    # 0: wait for ever.
+    """Port of the Prometheus `/metrics` endpoint (`0`: none)."""
     stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
-    # Sessions kept in memory between batches (their state is reloaded from Redis on a miss).
-    # A surface entry holds every current message of its session: size this to the memory.
+    """An offset commit still waiting 30 s plus this long ends the process with exit code 70,
+    for its supervisor to restart (`0`: wait for ever)."""
     cache_sessions: int = 2_000
-    # Allocations between the garbage collector's young collections while a projector or a
-    # replay runs (Python's default is 700; 0 keeps whatever the process has). A batch makes
-    # tens of thousands of short-lived containers next to the long-lived cached states, and at
-    # 700 the collector rescans them over and over: about a third of the CPU per event.
+    """Sessions kept in memory between batches (others are reloaded from Redis). A surface
+    entry holds every current message of its session: size it to the memory."""
+    # A batch makes tens of thousands of short-lived containers beside the long-lived cached
+    # states; at Python's 700 the collector rescans them over and over.
     gc_threshold: int = 50_000
-    # Processes a whole-topic `dsh replay` forks, each rebuilding its share of the partitions
-    # (a session lives on one partition, so the shares are independent). 0: one per CPU, at
-    # most one per partition; 1: everything in the calling process.
+    """Young-generation threshold of Python's cycle collector while projecting or replaying
+    (`0`: leave the process's own)."""
     replay_workers: int = 0
+    """Processes a whole-topic `dsh replay` forks, each rebuilding its share of the partitions:
+    `0`: one per CPU, at most one per partition; `1`: all in the calling process."""
 
     def group_id(self, projection: str) -> str:
         return f"{self.group_prefix}-{projection}"

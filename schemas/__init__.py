@@ -1,6 +1,6 @@
 """Avro wire format of dsh-pipeline: the ``.avsc`` schemas and the single-object codec.
 
-See ``schemas/README.md`` for the schema design and the JSON ⇄ Avro mapping.
+See ``docs/wire-format.md`` for the schema design and the JSON ⇄ Avro mapping.
 """
 
 from schemas.codec import Codec

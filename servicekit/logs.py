@@ -33,13 +33,15 @@ _service: dict[str, str] = {}
 
 
 class LogSettings(StrictSettings):
-    """``DSH_LOG_LEVEL`` (DEBUG, INFO, WARNING, ERROR) and ``DSH_LOG_FORMAT``: ``json`` (one
-    object a line, for collectors), ``logfmt`` (key=value) or ``text`` (for a terminal)."""
+    """The services' log lines on stderr (``DSH_LOG_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="DSH_LOG_", extra="forbid", frozen=True)
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Lowest level logged; a service's `--log-level` option overrides it."""
     format: Literal["json", "logfmt", "text"] = "json"
+    """`json` (one object a line, for collectors), `logfmt` (key=value) or `text` (for a
+    terminal)."""
 
 
 @contextlib.contextmanager

@@ -34,7 +34,8 @@ LIBRDKAFKA_DEBUG_CONTEXTS = frozenset(
 class StrictSettings(BaseSettings):
     """Settings that refuse unknown variables under their prefix."""
 
-    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+    # Each field's docstring is its description: docs/settings.md is generated from them.
+    model_config = SettingsConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -57,18 +58,32 @@ class KafkaSettings(StrictSettings):
     model_config = SettingsConfigDict(env_prefix="DSH_KAFKA_", extra="forbid", frozen=True)
 
     bootstrap_servers: str = "127.0.0.1:19092"
+    """Kafka brokers to start from, `host:port[,host:port…]` (the default is the local stack)."""
     topic_prefix: str = "dsh.session"
+    """Topics are `<prefix>.commands`, `.events`, `.replies`, `.snapshots` and `.dlq`; every
+    service and client of one pipeline uses the same prefix."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """How to talk to the brokers: TLS with `SSL` and `SASL_SSL`, a SASL login with the `SASL_`
+    ones."""
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    """SASL mechanism of the login."""
     sasl_username: str | None = None
+    """SASL user."""
     sasl_password: SecretStr | None = None
+    """SASL password; a refused login fails at start with `KAFKA_AUTHENTICATION`."""
     ssl_ca_location: str | None = None
+    """CA certificate (PEM file) that verifies the brokers (default: the system's CA store); a
+    broker certificate it does not verify fails with `KAFKA_TLS`."""
     ssl_certificate_location: str | None = None
+    """Client certificate (PEM file), for brokers that ask for one."""
     ssl_key_location: str | None = None
+    """Private key of the client certificate (PEM file)."""
     ssl_key_password: SecretStr | None = None
-    # librdkafka's own debug contexts (``cgrp,eos``...), written to the service's stderr: what
-    # a group or transaction coordinator answered, and when, is nowhere else to be seen.
+    """Password of that private key."""
+    # What a group or transaction coordinator answered, and when, is nowhere else to be seen.
     debug: str | None = None
+    """librdkafka debug contexts for every Kafka client of the process, comma-separated
+    (`cgrp,eos`, `fetch,metadata`, …), written to stderr; an unknown one is `BAD_KAFKA_DEBUG`."""
 
     @field_validator("debug")
     @classmethod
@@ -129,10 +144,16 @@ class RedisSettings(StrictSettings):
     model_config = SettingsConfigDict(env_prefix="DSH_REDIS_", extra="forbid", frozen=True)
 
     url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
+    """Redis URL (`rediss://` for TLS); with `cluster`, any one node of the cluster, database 0.
+    Secret, as a URL may hold a password."""
     cluster: bool = False
+    """`true`: a Redis Cluster, whose other nodes and slot map the client learns from `url`."""
     username: str | None = None
+    """ACL user."""
     password: SecretStr | None = None
+    """Password of the ACL user (or of `AUTH` without one)."""
     ssl_ca_certs: str | None = None
+    """CA certificate (PEM file) that verifies the Redis server over TLS."""
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``redis.Redis.from_url(url, **kwargs)`` (and for
@@ -155,6 +176,8 @@ class CodecSettings(StrictSettings):
     model_config = SettingsConfigDict(env_prefix="DSH_CODEC_", extra="forbid", frozen=True)
 
     native: Literal["auto", "off"] = "auto"
+    """`auto`: decode with the compiled readers when `make setup` built them; `off`: with the
+    Python readers they are built from (the same values, slower)."""
 
 
 def configure_codec() -> CodecSettings:

@@ -12,80 +12,93 @@ from servicekit.settings import StrictSettings
 KIB = 1024
 
 
+# Each field's docstring is its entry in docs/settings.md (`python -m cli settings`): what a
+# user sets it for, in a sentence or two; the why behind a default is in docs/operations.md.
 class WriterSettings(StrictSettings):
+    """The single-writer service, `dsh writer` (``DSH_WRITER_*``)."""
+
     model_config = SettingsConfigDict(env_prefix="DSH_WRITER_", extra="forbid", frozen=True)
 
     group_id: str = "dsh-writer"
-    # Empty: a fresh id per process. KIP-447 fences zombies through the group generation, so
-    # the id need not follow partitions; a stable id per replica additionally lets a restarted
-    # replica abort its predecessor's open transaction at once instead of at its timeout.
+    """Consumer group of the writers on the commands topic: every writer of one pipeline uses
+    the same one."""
+    # KIP-447 fences zombies through the group generation, so the id need not follow partitions.
     transactional_id: str = ""
+    """Kafka transactional id of this writer (its second producer appends `-1`). Empty: a fresh
+    id per process; a stable id per replica (e.g. the pod name) lets a restarted replica abort
+    its predecessor's open transaction at once."""
     batch_max_commands: Annotated[int, Field(ge=1)] = 1000
+    """Most commands validated and committed in one transaction."""
     poll_timeout_ms: Annotated[int, Field(ge=1)] = 100
+    """How long one poll of the commands topic waits for records."""
     session_timeout_ms: Annotated[int, Field(ge=1000)] = 10_000
-    # How often the group consumer heartbeats: it is how a writer learns that a rebalance has
-    # begun (another writer left or joined), so during a deploy it bounds how long moving
-    # partitions wait, twice per handover under the cooperative protocol. Capped at a third of
-    # the session timeout. A heartbeat is one small request per writer per interval.
+    """Group session timeout: how long a writer that stopped heartbeating keeps its partitions
+    before the group gives them to another."""
     heartbeat_interval_ms: Annotated[int, Field(ge=100)] = 500
+    """How often the writer heartbeats its group, capped at a third of the session timeout; it
+    bounds how long a writer takes to hear that another joined or left."""
     max_poll_interval_ms: Annotated[int, Field(ge=1000)] = 300_000
+    """Longest time between two polls before the group takes the writer's partitions away."""
     transaction_timeout_ms: Annotated[int, Field(ge=1000)] = 30_000
-    # A restore waits for transactions a dead owner left open; they end at its timeout.
+    """Kafka's `transaction.timeout.ms`: the broker aborts a transaction left open longer."""
     restore_timeout_ms: Annotated[int, Field(ge=1000)] = 120_000
-    # After this long waiting for such a transaction, fence the writers that hold it and have
-    # left the group, so it is aborted at once (producers/writer/takeover.py). 0: wait it out.
+    """How long restoring a partition may wait for transactions a previous owner left open."""
     fence_after_ms: Annotated[int, Field(ge=0)] = 2_000
-    # Events per session between snapshots (0: never). A snapshot holds the whole session.
+    """A new owner waiting this long for a previous owner's open transaction fences that owner
+    if it has left the group, which aborts the transaction at once. `0`: wait for its timeout."""
     snapshot_every: Annotated[int, Field(ge=0)] = 1000
-    # Events per partition between checkpoints (0: never): a checkpoint snapshots every
-    # session with uncovered events so a restore reads the events topic from there on.
+    """Events of a session between two snapshots of it on the snapshots topic (`0`: never)."""
     checkpoint_every: Annotated[int, Field(ge=0)] = 20_000
-    # Both well under the broker's 1 MB default record limit: a reply carries every event of
-    # its command plus seq, time and session id per event.
+    """Events of a partition between two checkpoints (`0`: never); a restore reads the events
+    topic only from the last checkpoint on."""
+    # Both limits well under the broker's 1 MB default record limit: a reply carries every
+    # event of its command plus seq, time and session id per event.
     max_event_bytes: Annotated[int, Field(ge=1)] = 256 * KIB
+    """Largest encoded event; a larger one is rejected with `EVENT_TOO_LARGE`."""
     max_command_bytes: Annotated[int, Field(ge=1)] = 512 * KIB
+    """Largest encoded command; a larger one is rejected with `COMMAND_TOO_LARGE`."""
     max_snapshot_bytes: Annotated[int, Field(ge=1)] = 900 * KIB
-    # Rejected requests remembered per partition, in slots of up to 64 (one or more per
-    # transaction that rejected anything), so a retry gets the original rejection; kept on
-    # the snapshots topic, so they survive restarts and takeovers. 0: validate retries again.
+    """Largest snapshot; a session whose snapshot is larger restores from its events alone.
+    Keep it under the broker's record size limit."""
     rejection_slots: Annotated[int, Field(ge=0)] = 1024
-    # How long produced records may wait within a transaction before they go out; commit
-    # sends whatever waits. Longer spares CPU (fewer broker-thread wake-ups); shorter lets the
-    # records travel while the offsets are sent, a round trip less per transaction.
+    """Rejected requests remembered per partition, in slots of up to 64, so that a retry gets
+    the original rejection even after a restart (`0`: retries are validated again)."""
+    # Longer spares CPU (fewer broker-thread wake-ups); shorter lets the records travel while
+    # the offsets are sent, a round trip less per transaction.
     linger_ms: Annotated[int, Field(ge=0)] = 1
+    """How long produced records may wait inside a transaction before they are sent."""
     # A transaction costs the broker a fixed amount of CPU (markers in every partition it
-    # touched, coordinator writes) whatever it holds. A batch taken sooner than this after the
-    # previous one waits the rest of the interval for more commands, capping transactions at
-    # 1000/this per second under load; a command arriving after a quiet spell never waits.
-    # 0: take what is there at once.
+    # touched, coordinator writes) whatever it holds; this caps them at 1000/interval per second.
     min_transaction_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 0
-    # Build and produce each transaction while the one before it commits, on a second
-    # producer (transactional id "<id>-1"): a command then waits for at most one commit
-    # ahead of its own instead of a whole transaction. False: one producer, one at a time.
+    """Under load, a batch taken sooner than this after the previous one waits out the rest
+    for more commands: fewer, larger transactions. A command after a quiet spell never waits."""
     overlap_commits: bool = True
-    # Young-generation threshold of the cycle collector while serving (Python's default is
-    # 700; 0 keeps it): see servicekit/gc_tuning.py.
+    """Build and produce each transaction while the previous one commits, on a second producer;
+    `false`: one producer, one transaction at a time."""
     gc_threshold: Annotated[int, Field(ge=0)] = 50_000
-    # After each young collection, move what survived it to the permanent generation
-    # (gc.freeze), so no older collection ever walks the sessions' state, a stop of about a
-    # second per 2.5 million objects (see writer.run). False: Python's own generations.
+    """Young-generation threshold of Python's cycle collector while serving (`0`: Python's own,
+    700)."""
     gc_freeze: bool = True
-    # A call into librdkafka still running this long past its own timeout ends the process
-    # (exit code 70) for its supervisor to start afresh: librdkafka does not always keep the
-    # timeouts of its transactional calls, and a writer blocked in one serves nothing and
-    # holds its partitions (servicekit/watchdog.py). 0: wait for ever.
+    """After each young collection, move what survived to Python's permanent generation, so no
+    older collection walks the sessions' state; `false`: Python's own generations."""
     stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
-    metrics_port: Annotated[int, Field(ge=0)] = 9464  # 0: no /metrics server
-    # Message-projection interpreters, "event/type=package.module:function,…" (the same spec
-    # as DSH_PROJECTOR_PROJECTIONS): an event of a type missing here is rejected.
+    """A transactional Kafka call still running this long past its timeout ends the process
+    with exit code 70, for its supervisor to restart (`0`: wait for ever)."""
+    metrics_port: Annotated[int, Field(ge=0)] = 9464
+    """Port of the Prometheus `/metrics` endpoint (`0`: none)."""
     projections: str = ""
-    # Per-tenant session id prefixes (see producers/tenancy.py), e.g. "acme=acme-|shared-" and
-    # "acme=<key>": a command must carry a tenant credential allowing its session id. Empty: off.
+    """Message-projection interpreters, `event/type=package.module:function,…`; an event of a
+    projection type with no interpreter here is rejected. The projectors need the same."""
     tenant_prefixes: str = ""
+    """Session id prefixes each tenant may write, `tenant=prefix|prefix,…`. Empty: no tenant
+    check."""
     tenant_keys: SecretStr = SecretStr("")
-    # Test-only fault injection, "stop-before-produce:<request id>" or
-    # "stop-before-commit:<request id>": the process SIGSTOPs itself in the middle of the batch
-    # that holds that request (before its records, or with its offsets sent), to make zombies
-    # and dead owners with open transactions on purpose. "hang-in-send-offsets-after:<s>": the
-    # first offsets sent that many seconds after start never return (a stuck librdkafka call).
+    """Each tenant's key, `tenant=key,…`, which its commands' credential must be made with."""
+    # "stop-before-produce:<request id>" or "stop-before-commit:<request id>": the process
+    # SIGSTOPs itself in the batch holding that request (before its records, or with its offsets
+    # sent), to make zombies and dead owners with open transactions on purpose.
+    # "hang-in-send-offsets-after:<s>": the first offsets sent that many seconds after start never
+    # return (a stuck librdkafka call).
     failpoint: str = ""
+    """For tests only: makes the writer stop or hang at a given point, to stage faults. Leave
+    it empty."""

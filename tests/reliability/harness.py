@@ -520,7 +520,7 @@ def verify_all(ns: Namespace, client: redis.Redis, sessions: list[str], timeout_
 
 
 def record_figures(name: str, load: Load, verdict: Verdict, **extra: Any) -> dict[str, Any]:
-    """One line of figures per run (for RELIABILITY.md), also printed."""
+    """One line of figures per run (appended to ``FIGURES``), also printed."""
     row = {
         "test": name,
         "load": load.name,

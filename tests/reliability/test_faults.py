@@ -212,8 +212,8 @@ def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
 def test_sigkill_the_writers_group_coordinator_and_bring_it_back(
     ns: Namespace, load: Load, redis_client: redis.Redis, cluster: LocalStack
 ) -> None:
-    """The fault that left a writer in send_offsets_to_transaction for minutes (RELIABILITY.md,
-    2026-12-03): the broker coordinating the writers' group goes, then comes back."""
+    """The fault that once left a writer in send_offsets_to_transaction for minutes: the broker
+    coordinating the writers' group goes, then comes back."""
 
     def coordinator(ns: Namespace, bootstrap: str) -> int:
         return _group_coordinator(bootstrap, ns.writer_env()["DSH_WRITER_GROUP_ID"])
