@@ -1,6 +1,6 @@
 """The generated record readers, compiled to native code with Cython when built.
 
-:mod:`schemas.codegen` writes each record's reader as Python source. ``python -m
+:mod:`schemas.reader_source` writes each record's reader as Python source. ``python -m
 schemas.native_build`` (run by ``make setup``) takes the source of every reader of the packaged
 schemas, compiles it with Cython into ``schemas/_native_codec`` and keys each function by a
 digest of its source. When the codec generates a reader whose digest the module holds, it takes
@@ -82,9 +82,7 @@ def _factories() -> dict[str, Callable[[dict[str, Any]], Callable[..., Any]]]:
 def compiled(
     fn: str, args: str, body: Sequence[str], ns: dict[str, Any]
 ) -> Callable[..., Any] | None:
-    """The native build of this generated function, bound to ``ns``; None if there is none."""
-    if fn != "r_record":
-        return None
+    """The native build of this generated reader, bound to ``ns``; None if there is none."""
     if _state.recorder is not None:
         _state.recorder.append(Source(fn, args, tuple(body), _names(ns, body)))
     factory = _factories().get(source_key(fn, args, body))

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas.native import MODULE, Source, recording
+from schemas.readers import compile_reader
+from schemas.store import default_store
 
 # What is declared for C (see schemas.native): the arguments and the two scratch integers.
 _SIGNATURE = "bytes data, Py_ssize_t pos"
@@ -21,15 +23,12 @@ _C_LOCALS = "cdef Py_ssize_t b, z"
 
 def collect_readers() -> list[Source]:
     """Every generated reader of the packaged schemas, plain and frozen, once each."""
-    from schemas.binary import compile_binary, compile_frozen_reader
-    from schemas.store import default_store
-
     store = default_store()
     with recording() as sources:
         for message in store.schemas():
             if store.current(message.name) is message:
-                compile_binary(message.schema, message.header)
-                compile_frozen_reader(message.schema)
+                compile_reader(message.schema)
+                compile_reader(message.schema, frozen=True)
     return list({source.key: source for source in sources}.values())
 
 
