@@ -192,7 +192,7 @@ def measure(events: list[dict[str, Any]], runs: int, seconds: float) -> dict[str
     for e, b in zip(events, avro, strict=True):  # same job, checked
         assert schemas.decode_event(b).event == e
 
-    # The same job done by fastavro on the same schema (what schemas.binary replaced).
+    # The same job done by fastavro on the same schema (what the compiled codec replaced).
     schema = schemas.default_store().current(SESSION_EVENT)
     to_datum, from_datum = compile_codec(schema.schema)
 

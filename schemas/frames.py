@@ -108,15 +108,21 @@ def _schemas() -> tuple[MessageSchema, MessageSchema]:
     return store.current(APPEND_COMMAND), store.current(SESSION_EVENT)
 
 
+def draft_reader_schema() -> dict[str, Any] | None:
+    """The schema the drafts are read with, as the root of a frozen reader (its own dict stays
+    plain, its data comes out frozen), when the schemas are spliceable. It is self-contained:
+    the store inlines named types at their first use, all inside it. The native build compiles
+    this reader too (schemas.native_build)."""
+    command, event = _schemas()
+    return _draft_schema(command) if _spliceable(command, event) else None
+
+
 @cache
 def _plan() -> _Plan | None:
-    command, event = _schemas()
-    if not _spliceable(command, event):
+    draft = draft_reader_schema()
+    if draft is None:
         return None
-    draft = _draft_schema(command)
-    assert draft is not None
-    # The draft is the reader's root: its own dict stays plain, its data comes out frozen.
-    # It is self-contained: the store inlines named types at their first use, all inside it.
+    command, event = _schemas()
     # Compiled at the first command, not at import: the process has set up its codec and its
     # logging by then (schemas.native reports which readers it runs).
     return _Plan(command.header, event.header, compile_reader(draft, frozen=True))

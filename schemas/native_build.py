@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from schemas.frames import draft_reader_schema
 from schemas.native import MODULE, Source, recording
 from schemas.readers import compile_reader
 from schemas.store import default_store
@@ -29,13 +30,17 @@ _C_LOCALS = "cdef Py_ssize_t b, z"
 
 
 def collect_readers() -> list[Source]:
-    """Every generated reader of the packaged schemas, plain and frozen, once each."""
+    """Every generated reader of the packaged schemas, plain and frozen, and the writer's
+    draft reader (schemas.frames), once each."""
     store = default_store()
     with recording() as sources:
         for message in store.schemas():
             if store.current(message.name) is message:
                 compile_reader(message.schema)
                 compile_reader(message.schema, frozen=True)
+        draft = draft_reader_schema()  # the writer's: a command's drafts, each as a root
+        if draft is not None:
+            compile_reader(draft, frozen=True)
     return list({source.key: source for source in sources}.values())
 
 

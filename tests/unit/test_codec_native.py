@@ -18,7 +18,9 @@ import schemas
 from schemas import native
 from schemas.codec import Codec
 from schemas.errors import CodecError
+from schemas.frames import draft_reader_schema
 from schemas.native_build import collect_readers, module_source
+from schemas.readers import compile_reader
 from schemas.store import SESSION_EVENT
 from tests.unit.test_codec_roundtrip import PROPS, any_events, session_ids
 
@@ -150,3 +152,15 @@ def test_a_process_logs_once_which_readers_it_decodes_with(setting: str, expecte
     )
     lines = [line for line in ran.stdout.splitlines() if "codec readers" in line]
     assert len(lines) == 1 and lines[0].startswith(expected), ran.stdout + ran.stderr
+
+
+def test_the_writers_draft_reader_is_in_the_build() -> None:
+    # The writer reads each draft of a command as a root record (schemas.frames): without
+    # its own entry that root would be the Python reader in every process.
+    draft = draft_reader_schema()
+    assert draft is not None
+    with native.recording() as sources:
+        compile_reader(draft, frozen=True)
+    root = sources[-1]  # nested records are generated first, the root last
+    assert "return out, pos" in root.body  # a root: its own dict stays plain
+    assert root.key in _built().FACTORIES
