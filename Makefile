@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 # The codec's readers compiled with Cython (schemas/native.py): rebuilt when the generator or
 # the schemas change; a stale or missing build only means the pure-Python readers.
 NATIVE_STAMP := $(VENV)/.native-stamp
-$(NATIVE_STAMP): $(STAMP) $(wildcard schemas/*.avsc) schemas/codegen.py schemas/binary.py \
-		schemas/avro_io.py schemas/native_build.py
+$(NATIVE_STAMP): $(STAMP) $(wildcard schemas/*.avsc) schemas/rules.py schemas/avro_io.py \
+		schemas/codegen.py schemas/reader_source.py schemas/readers.py schemas/native.py \
+		schemas/native_build.py
 	$(BIN)/python -m schemas.native_build
 	touch $@
 

@@ -1,6 +1,9 @@
 """Codec (schemas/) benchmark: Avro single-object encode/decode vs json and orjson.
 
 Run: .venv/bin/python -m bench.codec_bench [--runs 7] [--seconds 0.3]
+"avro" decodes with the readers a service would run under the same ``DSH_CODEC_NATIVE``
+(``auto``: the native build when present; the header line says which), "avro-py" with the
+Python readers that build is compiled from, in the same run.
 Not a test: it prints medians over several runs and whether the target (>= 100,000 events/s
 each way for a typical 1 KB event) is met. Rates are events per CPU-second of this process
 (time.process_time), so other work on a shared machine does not count against us; wall-clock
@@ -31,6 +34,7 @@ import schemas
 from schemas import native
 from schemas.convert import compile_codec
 from schemas.store import SESSION_EVENT
+from servicekit.settings import configure_codec
 
 TEXT = "The quick brown fox jumps over the lazy dog. "
 MODEL = {"kind": "model", "provider": "anthropic", "model": "claude-sonnet-4"}
@@ -188,7 +192,7 @@ def measure(events: list[dict[str, Any]], runs: int, seconds: float) -> dict[str
     for e, b in zip(events, avro, strict=True):  # same job, checked
         assert schemas.decode_event(b).event == e
 
-    # The same job done by fastavro on the same schema (what schemas.binary replaced).
+    # The same job done by fastavro on the same schema (what the compiled codec replaced).
     schema = schemas.default_store().current(SESSION_EVENT)
     to_datum, from_datum = compile_codec(schema.schema)
 
@@ -248,6 +252,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=0.3, help="CPU seconds per run")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args()
+    configure_codec()
 
     results = {
         TYPICAL: measure([typical_event()], args.runs, args.seconds),
@@ -259,6 +264,7 @@ def main() -> None:
         return
     print(
         f"python {platform.python_version()} on {platform.machine()}, medians of {args.runs} runs"
+        f"; codec readers: {native.describe()}"
     )
     for label, r in results.items():
         print(f"\n{label}: {r['json bytes/event']:.0f} B JSON, {r['avro bytes/event']:.0f} B Avro")
@@ -272,7 +278,7 @@ def main() -> None:
             f"{r['avro-py decode']:,.0f}/s ({r['avro decode'] / r['avro-py decode']:.2f}x); "
             f"frozen {r['avro frozen decode']:,.0f}/s against {r['avro-py frozen decode']:,.0f}/s"
             f" ({r['avro frozen decode'] / r['avro-py frozen decode']:.2f}x)"
-            + ("" if native.available() else "  [native build missing: both are Python]")
+            + ("" if native.available() else "  [no native readers: both are Python]")
         )
         print(
             f"  avro/orjson: encode {r['avro encode'] / r['orjson encode']:.2f}x,"

@@ -2,7 +2,7 @@
 JsonValue union, and the per-type writers and readers of the primitive types.
 
 Readers take ``(data, pos)`` and return ``(value, new pos)``; writers append to a bytearray.
-Writers raise :class:`~schemas.convert.NoFit` when a value is not of their type (the caller
+Writers raise :class:`~schemas.rules.NoFit` when a value is not of their type (the caller
 may try another union branch) and UnencodableError when it is not lossless JSON at all.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dsh.json_snapshot import FrozenDict, FrozenList
-from schemas.convert import LONG_MAX, LONG_MIN, NoFit
 from schemas.errors import CorruptRecordError, UnencodableError
+from schemas.rules import LONG_MAX, LONG_MIN, NoFit
 
 Writer = Callable[[Any, bytearray], None]
 Reader = Callable[[bytes, int], tuple[Any, int]]

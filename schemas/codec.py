@@ -3,8 +3,9 @@ the writer schema, body) over the schema store.
 
 A reader decodes any writer schema its store knows, resolved against the newest version of the
 same record (Avro reader/writer resolution); an unknown fingerprint is an error, never a guess.
-Bytes written with the reader's own schema (the common case) go through the compiled codec of
-:mod:`schemas.binary`; other writer versions are resolved by fastavro and mapped to wire JSON by
+Values are written by the compiled writers (:mod:`schemas.writers`); bytes written with the
+reader's own schema (the common case) are read by the compiled readers (:mod:`schemas.readers`,
+native when built); other writer versions are resolved by fastavro and mapped to wire JSON by
 :mod:`schemas.convert`. Everything is prepared once per schema and cached.
 """
 
@@ -19,7 +20,6 @@ from typing import Any
 from fastavro import schemaless_reader
 
 from schemas.avro_io import TooDeep
-from schemas.binary import compile_binary, compile_frozen_reader
 from schemas.convert import compile_codec
 from schemas.errors import (
     BadMarkerError,
@@ -27,7 +27,9 @@ from schemas.errors import (
     CorruptRecordError,
     SchemaMismatchError,
 )
+from schemas.readers import compile_reader
 from schemas.store import SINGLE_OBJECT_MARKER, MessageSchema, SchemaStore, default_store
+from schemas.writers import compile_writer
 
 HEADER_SIZE = 10
 
@@ -61,7 +63,7 @@ class Codec:
         w = self._writers.get(name)
         if w is None:
             schema = self.store.current(name)
-            w = _Writer(schema, compile_binary(schema.schema, schema.header)[0])
+            w = _Writer(schema, compile_writer(schema.schema, schema.header))
             self._writers[name] = w
         return w
 
@@ -71,7 +73,7 @@ class Codec:
             writer = self.store.by_fingerprint(fingerprint)
             reader = self.store.current(writer.name)
             if reader is writer:
-                r = _Reader(writer, compile_binary(writer.schema)[1])
+                r = _Reader(writer, compile_reader(writer.schema))
             else:
                 r = _Reader(writer, _resolving_read(writer, reader))
             self._readers[fingerprint] = r
@@ -83,7 +85,7 @@ class Codec:
             same = self.store.current(r.writer.name) is r.writer
             # Other writer versions go through fastavro's resolution: plain values only.
             self._frozen[fingerprint] = (
-                _Reader(r.writer, compile_frozen_reader(r.writer.schema)) if same else None
+                _Reader(r.writer, compile_reader(r.writer.schema, frozen=True)) if same else None
             )
         return self._frozen[fingerprint]
 

@@ -1,16 +1,11 @@
-"""Wire JSON ⇄ Avro datum, compiled once per schema.
+"""The bridge to fastavro: wire JSON ⇄ fastavro's datum of a record, compiled once per schema.
 
-One rule maps every record of our schemas back to wire JSON, in any language:
-
-* a record is a JSON object of its fields, and a null field is an absent key (JSON null is
-  only ever carried inside a JsonValue);
-* a JsonValue is its ``value`` (BigInt as the integer its decimal text spells), an enum is its
-  symbol, any other union is its branch's value.
-
-Encoding goes the other way and never loses anything: a typed record is used only when the
-value fits it exactly (no unknown keys, no JSON null where the record means "absent", right
-types, ints within long range); otherwise the nearest enclosing union falls back to its
-JsonValue branch. Every event's ``data`` union has one, so any lossless JSON encodes.
+fastavro resolves bytes of another writer version of a record against the reader's version
+(``Codec`` takes this path for them), reads Avro container files (``projectors.export``), and
+is the independent reference the tests and ``bench.codec_bench`` compare the compiled codec
+with. Its datum is mapped to wire JSON by the rule of :mod:`schemas.rules`: a JsonValue is its
+``value`` (BigInt as the integer its decimal text spells), an enum is its symbol, any other
+union is its branch's value, and a null field is an absent key.
 
 fastavro is driven with union *tuple notation* ``(branch name, value)`` so it never has to
 guess a branch by validating nested values (slow, and ambiguous for look-alike records), and
@@ -20,23 +15,15 @@ read with ``return_record_name=True`` so decoding knows which record branch was 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from schemas.avro_io import plain_json
 from schemas.errors import UnencodableError
-
-JSON_VALUE = "dsh.v1.JsonValue"
-BIG_INT = "dsh.v1.BigInt"
-EVENT_TYPE_ATTR = "dsh.eventType"
-LONG_MIN = -(2**63)
-LONG_MAX = 2**63 - 1
+from schemas.rules import BIG_INT, JSON_VALUE, LONG_MAX, LONG_MIN, Names, NoFit, union_tags
 
 Encoder = Callable[[Any], Any]
 Decoder = Callable[[Any], Any]
-
-
-class NoFit(Exception):
-    """The value does not fit this typed branch exactly; try the next one."""
 
 
 # --- JsonValue: the hot recursive case, hand-written -------------------------------------
@@ -66,19 +53,7 @@ def encode_json_value(v: Any) -> dict[str, Any]:
     if v is None:
         return {"value": None}
     # Subclasses and other mappings/sequences (e.g. the core's immutable views).
-    if isinstance(v, bool):
-        return encode_json_value(bool(v))
-    if isinstance(v, int):
-        return encode_json_value(int(v))
-    if isinstance(v, float):
-        return encode_json_value(float(v))
-    if isinstance(v, str):
-        return encode_json_value(str(v))
-    if isinstance(v, Mapping):
-        return encode_json_value(dict(v))
-    if isinstance(v, Sequence) and not isinstance(v, (bytes, bytearray, memoryview)):
-        return encode_json_value(list(v))
-    raise UnencodableError(f"not a JSON value: {type(v).__name__}")
+    return encode_json_value(plain_json(v))
 
 
 def decode_json_value(d: dict[str, Any]) -> Any:
@@ -106,33 +81,11 @@ def _branch_name(node: Any) -> str:
 class _Compiler:
     """Walks one self-contained (expanded) schema; named types are compiled once each."""
 
-    def __init__(self) -> None:
-        self.named: dict[str, Any] = {}
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.names = Names(schema, compiled=False)
+        self.resolve = self.names.resolve
         self.enc_cache: dict[str, Encoder] = {}
         self.dec_cache: dict[str, Decoder | None] = {}
-        self.event_types: dict[str, str] = {}  # event type → data record name
-
-    def register(self, node: Any) -> None:
-        if isinstance(node, list):
-            for b in node:
-                self.register(b)
-        elif isinstance(node, dict):
-            kind = node["type"]
-            if kind in ("record", "enum", "fixed"):
-                self.named[node["name"]] = node
-                if EVENT_TYPE_ATTR in node:
-                    self.event_types[node[EVENT_TYPE_ATTR]] = node["name"]
-                for f in node.get("fields", ()):
-                    self.register(f["type"])
-            elif kind == "array":
-                self.register(node["items"])
-            elif kind == "map":
-                self.register(node["values"])
-
-    def resolve(self, node: Any) -> Any:
-        if isinstance(node, str) and node in self.named:
-            return self.named[node]
-        return node
 
     # encoders ---------------------------------------------------------------------------
 
@@ -207,8 +160,6 @@ class _Compiler:
         return enc_array
 
     def _union_encoder(self, branches: list[Any]) -> Encoder:
-        from schemas.binary import union_tags  # the one definition of tagged unions
-
         typed: list[tuple[str, Encoder, Any]] = []
         has_json = False
         for b in branches:
@@ -248,7 +199,7 @@ class _Compiler:
 
     def _data_encoder(self, branches: list[Any]) -> Callable[[str, Any], Any]:
         """The ``data`` union: the record for the event's type if it fits, else JsonValue."""
-        by_type = {t: (name, self.encoder(name)) for t, name in self.event_types.items()}
+        by_type = {t: (name, self.encoder(name)) for t, name in self.names.event_types.items()}
         by_type = {t: b for t, b in by_type.items() if b[0] in map(_branch_name, branches)}
 
         def enc_data(event_type: Any, v: Any) -> Any:
@@ -269,7 +220,7 @@ class _Compiler:
         data_enc: Callable[[str, Any], Any] | None = None
         for f in node["fields"]:
             ftype = f["type"]
-            if f["name"] == "data" and isinstance(ftype, list) and self._is_data_union(ftype):
+            if f["name"] == "data" and self.names.is_data_union(ftype):
                 data_enc = self._data_encoder(ftype)
                 continue
             nullable = isinstance(ftype, list) and "null" in ftype
@@ -302,12 +253,6 @@ class _Compiler:
             return out
 
         return enc_record
-
-    def _is_data_union(self, branches: list[Any]) -> bool:
-        return any(
-            isinstance(node, dict) and EVENT_TYPE_ATTR in node
-            for node in map(self.resolve, branches)
-        )
 
     # decoders (None means: fastavro's value already is the wire value) -------------------
 
@@ -436,8 +381,7 @@ _PRIMITIVE_ENCODERS: dict[str, Encoder] = {
 
 def compile_codec(schema: dict[str, Any]) -> tuple[Encoder, Decoder]:
     """Encoder (wire JSON → datum; raises UnencodableError) and decoder for a top-level record."""
-    c = _Compiler()
-    c.register(schema)
+    c = _Compiler(schema)
     enc = c.encoder(schema)
     dec = c.decoder(schema)
     assert dec is not None  # a record always has a decoder

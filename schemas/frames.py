@@ -24,12 +24,19 @@ from typing import Any
 
 from dsh.event import SESSION_FORMAT_VERSION
 from schemas.avro_io import long_bytes, read_block_count, read_long, read_str
-from schemas.binary import compile_frozen_reader
 from schemas.codec import HEADER_SIZE
+from schemas.readers import compile_reader
 from schemas.records import AppendCommand, decode_command
 from schemas.store import APPEND_COMMAND, SESSION_EVENT, MessageSchema, default_store
 
 _DRAFT = "dsh.v1.EventDraft"
+_COMMAND = (
+    ("requestId", "string"),
+    ("clientId", "string"),
+    ("sessionId", "string"),
+    ("expectedSeq", ["null", "long"]),
+    ("events", {"array": _DRAFT}),
+)
 _ENVELOPE = (
     ("sessionId", "string"),
     ("formatVersion", "int"),
@@ -78,10 +85,12 @@ def _spliceable(command: MessageSchema, event: MessageSchema) -> bool:
     draft = _draft_schema(command)
     if draft is None:
         return False
+    command_fields = [(f["name"], _field_shape(f["type"])) for f in command.schema["fields"]]
     draft_fields = [(f["name"], _field_shape(f["type"])) for f in draft["fields"]]
     event_fields = [(f["name"], _field_shape(f["type"])) for f in event.schema["fields"]]
     return (
-        event_fields[: len(_ENVELOPE)] == list(_ENVELOPE)
+        command_fields == list(_COMMAND)  # what _decode_framed reads by hand
+        and event_fields[: len(_ENVELOPE)] == list(_ENVELOPE)
         and draft_fields[:1] == [("type", "string")]
         and draft_fields[1:] == event_fields[len(_ENVELOPE) :]
     )
@@ -94,20 +103,32 @@ class _Plan:
     read_draft: Callable[[bytes, int], tuple[Any, int]]
 
 
+def _schemas() -> tuple[MessageSchema, MessageSchema]:
+    store = default_store()
+    return store.current(APPEND_COMMAND), store.current(SESSION_EVENT)
+
+
+def draft_reader_schema() -> dict[str, Any] | None:
+    """The schema the drafts are read with, as the root of a frozen reader (its own dict stays
+    plain, its data comes out frozen), when the schemas are spliceable. It is self-contained:
+    the store inlines named types at their first use, all inside it. The native build compiles
+    this reader too (schemas.native_build)."""
+    command, event = _schemas()
+    return _draft_schema(command) if _spliceable(command, event) else None
+
+
 @cache
 def _plan() -> _Plan | None:
-    store = default_store()
-    command, event = store.current(APPEND_COMMAND), store.current(SESSION_EVENT)
-    if not _spliceable(command, event):
+    draft = draft_reader_schema()
+    if draft is None:
         return None
-    draft = _draft_schema(command)
-    assert draft is not None
-    # The draft is the reader's root: its own dict stays plain, its data comes out frozen.
-    # It is self-contained: the store inlines named types at their first use, all inside it.
-    return _Plan(command.header, event.header, compile_frozen_reader(draft))
+    command, event = _schemas()
+    # Compiled at the first command, not at import: the process has set up its codec and its
+    # logging by then (schemas.native reports which readers it runs).
+    return _Plan(command.header, event.header, compile_reader(draft, frozen=True))
 
 
-SPLICEABLE = _plan() is not None
+SPLICEABLE = _spliceable(*_schemas())
 _FORMAT_VERSION = long_bytes(SESSION_FORMAT_VERSION)
 
 

@@ -1,11 +1,12 @@
 """The generated record readers, compiled to native code with Cython when built.
 
-:mod:`schemas.codegen` writes each record's reader as Python source. ``python -m
-schemas.native_build`` (run by ``make setup``) takes the source of every reader of the packaged
-schemas, compiles it with Cython into ``schemas/_native_codec`` and keys each function by a
-digest of its source. When the codec generates a reader whose digest the module holds, it takes
-the native function instead of ``exec``-ing the source; any other reader (a schema added
-since the build, a store of the caller's own) is the Python one. Same source, same values,
+:mod:`schemas.reader_source` writes each record's reader as Python source. ``python -m
+schemas.native_build`` (run by ``make setup`` and by the image's build, ``deploy/Dockerfile``)
+takes the source of every reader of the packaged schemas, compiles it with Cython into
+``schemas/_native_codec`` and keys each function by a digest of its source. When the codec
+generates a reader whose digest the module holds, it takes the native function instead of
+``exec``-ing the source; any other reader (a schema added since the build, a store of the
+caller's own) is the Python one. Same source, same values,
 same errors: the tests decode with both and compare.
 
 Only two things are declared for C: the reader's arguments (``bytes data``, ``Py_ssize_t
@@ -16,13 +17,15 @@ both reported by the codec as a ``CorruptRecordError``).
 
 Whether the native readers are used is the process's choice (``configure``; the services
 take it from ``DSH_CODEC_NATIVE``, see ``servicekit.settings.CodecSettings``). By default they are,
-when built.
+when built. The process logs which readers it decodes with when it compiles its first reader
+(logger ``schemas.native``, INFO), and :func:`describe` says it on demand.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 MODULE = "schemas._native_codec"
+
+_log = logging.getLogger(__name__)
 
 
 class Source(NamedTuple):
@@ -49,8 +54,11 @@ class Source(NamedTuple):
 class _State:
     factories: dict[str, Callable[[dict[str, Any]], Callable[..., Any]]] | None = None
     loaded: bool = False
-    enabled: bool = True
+    enabled: bool = True  # the process's choice (configure)
+    suspended: bool = False  # inside disabled(): a test's or benchmark's reference readers
     recorder: list[Source] | None = None
+    missing: str = ""  # why the build did not load
+    reported: bool = False
 
 
 _state = _State()
@@ -68,25 +76,46 @@ def configure(enabled: bool) -> None:
 
 
 def _factories() -> dict[str, Callable[[dict[str, Any]], Callable[..., Any]]]:
-    if not _state.enabled:
+    if not _state.enabled or _state.suspended:
         return {}
     if not _state.loaded:
         _state.loaded = True
         try:
             _state.factories = dict(importlib.import_module(MODULE).FACTORIES)
-        except ImportError:  # not built here: the Python readers, as before
+        except ImportError as exc:  # not built here: the Python readers, as before
             _state.factories = None
+            _state.missing = str(exc)
     return _state.factories or {}
+
+
+def describe() -> str:
+    """Which readers this process decodes with (readers compiled from now on), in one line."""
+    if not _state.enabled:
+        return "Python (the native readers are turned off: DSH_CODEC_NATIVE=off)"
+    factories = _factories()
+    if factories:
+        return f"native ({len(factories)} compiled readers in {MODULE})"
+    if _state.suspended:
+        return "Python (inside native.disabled())"
+    return f"Python (no native build: {_state.missing or 'it holds no readers'})"
+
+
+def _report() -> None:
+    """Say once per process which readers it decodes with: production must run the code the
+    benchmarks measured, and a missing build would otherwise only show as a slower service."""
+    if not (_state.reported or _state.suspended):
+        _state.reported = True
+        _log.info("codec readers: %s", describe())
 
 
 def compiled(
     fn: str, args: str, body: Sequence[str], ns: dict[str, Any]
 ) -> Callable[..., Any] | None:
-    """The native build of this generated function, bound to ``ns``; None if there is none."""
-    if fn != "r_record":
-        return None
+    """The native build of this generated reader, bound to ``ns``; None if there is none."""
     if _state.recorder is not None:
         _state.recorder.append(Source(fn, args, tuple(body), _names(ns, body)))
+    else:
+        _report()
     factory = _factories().get(source_key(fn, args, body))
     if factory is None:
         return None
@@ -104,12 +133,12 @@ def available() -> bool:
 @contextmanager
 def disabled() -> Iterator[None]:
     """Readers compiled inside are the Python ones (the tests' reference)."""
-    saved = _state.enabled
-    _state.enabled = False
+    saved = _state.suspended
+    _state.suspended = True
     try:
         yield
     finally:
-        _state.enabled = saved
+        _state.suspended = saved
 
 
 @contextmanager

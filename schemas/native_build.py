@@ -1,10 +1,17 @@
 """Build ``schemas/_native_codec``: every generated reader of the packaged schemas compiled
-with Cython (see :mod:`schemas.native`). ``python -m schemas.native_build``; ``make setup``
-runs it when the codec's generator or the schemas changed. Needs Cython and a C compiler (the
-``native`` extra); without Cython the codec stays pure Python and this says so."""
+with Cython (see :mod:`schemas.native`), and check an install's build.
+
+``python -m schemas.native_build``: ``make setup`` runs it when the codec's generator or the
+schemas changed; without Cython (the ``native`` extra) the codec stays pure Python and this
+says so. ``--require``: the image's build (``deploy/Dockerfile``); no Cython or no compiler is
+an error, and so is a build that does not hold every reader. ``--check``: build nothing, only
+say whether every reader of the packaged schemas is native in this install (exit 1 if not);
+the image's runtime stage runs it on the installed package."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import sys
 import tempfile
 import time
@@ -12,7 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from schemas.frames import draft_reader_schema
 from schemas.native import MODULE, Source, recording
+from schemas.readers import compile_reader
+from schemas.store import default_store
 
 # What is declared for C (see schemas.native): the arguments and the two scratch integers.
 _SIGNATURE = "bytes data, Py_ssize_t pos"
@@ -20,16 +30,17 @@ _C_LOCALS = "cdef Py_ssize_t b, z"
 
 
 def collect_readers() -> list[Source]:
-    """Every generated reader of the packaged schemas, plain and frozen, once each."""
-    from schemas.binary import compile_binary, compile_frozen_reader
-    from schemas.store import default_store
-
+    """Every generated reader of the packaged schemas, plain and frozen, and the writer's
+    draft reader (schemas.frames), once each."""
     store = default_store()
     with recording() as sources:
         for message in store.schemas():
             if store.current(message.name) is message:
-                compile_binary(message.schema, message.header)
-                compile_frozen_reader(message.schema)
+                compile_reader(message.schema)
+                compile_reader(message.schema, frozen=True)
+        draft = draft_reader_schema()  # the writer's: a command's drafts, each as a root
+        if draft is not None:
+            compile_reader(draft, frozen=True)
     return list({source.key: source for source in sources}.values())
 
 
@@ -77,16 +88,43 @@ def build(target: Path | None = None, optimize: str = "-O1") -> Path:
     return out
 
 
-def main(argv: Sequence[str] = ()) -> int:
+def check() -> tuple[bool, str]:
+    """Whether every reader of the packaged schemas is in this install's native build."""
+    keys = {source.key for source in collect_readers()}
     try:
-        import Cython  # noqa: F401
-    except ImportError:
-        print("schemas.native_build: Cython is not installed; the codec stays pure Python")
-        return 0
-    started = time.monotonic()
-    out = build()
-    print(f"schemas.native_build: built {out.name} in {time.monotonic() - started:.0f}s")
-    return 0
+        module = importlib.import_module(MODULE)
+    except ImportError as exc:
+        return False, f"no native build: {exc}"
+    missing = keys - set(module.FACTORIES)
+    where = getattr(module, "__file__", MODULE)
+    if missing:
+        return False, f"{where} lacks {len(missing)} of the {len(keys)} readers: stale, rebuild it"
+    return True, f"all {len(keys)} readers of the packaged schemas are native ({where})"
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(prog="python -m schemas.native_build", description=__doc__)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--require", action="store_true", help="fail unless the build is made")
+    mode.add_argument("--check", action="store_true", help="only check this install's build")
+    args = parser.parse_args(argv)
+    if not args.check:
+        try:
+            import Cython  # noqa: F401
+        except ImportError:
+            if args.require:
+                print("schemas.native_build: Cython is not installed (the native extra)")
+                return 1
+            print("schemas.native_build: Cython is not installed; the codec stays pure Python")
+            return 0
+        started = time.monotonic()
+        out = build()
+        print(f"schemas.native_build: built {out.name} in {time.monotonic() - started:.0f}s")
+        if not args.require:
+            return 0
+    ok, message = check()
+    print(f"schemas.native_build: {message}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -170,8 +170,10 @@ class RedisSettings(StrictSettings):
 
 class CodecSettings(StrictSettings):
     """``DSH_CODEC_NATIVE``: ``auto`` decodes with the Cython build of the codec's readers
-    when ``make setup`` built it (``schemas/native.py``), ``off`` with the Python ones it is
-    built from (the same values; to compare, or to rule the build out)."""
+    when it is built (``schemas/native.py``; the image always builds it, ``make setup`` does
+    when Cython is installed), ``off`` with the Python ones it is built from (the same values;
+    to compare, or to rule the build out). The process logs which it runs at its first decode
+    (``schemas.native``: "codec readers: …")."""
 
     model_config = SettingsConfigDict(env_prefix="DSH_CODEC_", extra="forbid", frozen=True)
 

@@ -5,6 +5,9 @@ values, frozen or plain, and the same errors on truncated or damaged bytes."""
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -15,7 +18,9 @@ import schemas
 from schemas import native
 from schemas.codec import Codec
 from schemas.errors import CodecError
+from schemas.frames import draft_reader_schema
 from schemas.native_build import collect_readers, module_source
+from schemas.readers import compile_reader
 from schemas.store import SESSION_EVENT
 from tests.unit.test_codec_roundtrip import PROPS, any_events, session_ids
 
@@ -113,3 +118,49 @@ def test_damaged_bytes_fail_the_same_way_in_both(
     byte = flip.draw(st.integers(min_value=0, max_value=255))
     damaged = data[:at] + bytes([byte]) + data[at + 1 :]
     assert _outcome(NATIVE, damaged, frozen) == _outcome(PYTHON, damaged, frozen)
+
+
+_FIRST_DECODE = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
+from servicekit.settings import configure_codec
+import schemas
+configure_codec()
+data = schemas.encode_event({"type": "turn/start", "seq": 0, "time": 1, "data": {}}, "s")
+schemas.decode_event(data)
+schemas.decode_event_frozen(data)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("auto", "schemas.native codec readers: native ("),
+        ("off", "schemas.native codec readers: Python (the native readers are turned off"),
+    ],
+)
+def test_a_process_logs_once_which_readers_it_decodes_with(setting: str, expected: str) -> None:
+    _built()
+    env = {**os.environ, "DSH_CODEC_NATIVE": setting}
+    ran = subprocess.run(
+        [sys.executable, "-c", _FIRST_DECODE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = [line for line in ran.stdout.splitlines() if "codec readers" in line]
+    assert len(lines) == 1 and lines[0].startswith(expected), ran.stdout + ran.stderr
+
+
+def test_the_writers_draft_reader_is_in_the_build() -> None:
+    # The writer reads each draft of a command as a root record (schemas.frames): without
+    # its own entry that root would be the Python reader in every process.
+    draft = draft_reader_schema()
+    assert draft is not None
+    with native.recording() as sources:
+        compile_reader(draft, frozen=True)
+    root = sources[-1]  # nested records are generated first, the root last
+    assert "return out, pos" in root.body  # a root: its own dict stays plain
+    assert root.key in _built().FACTORIES
