@@ -22,42 +22,17 @@ from projectors.records import encode
 from schemas.records import event_headers
 from servicekit.partitioning import PRODUCER_PARTITIONER
 from servicekit.settings import KafkaSettings, RedisSettings
+from tests.support.builders import assistant, system, text, tool_call, tool_result, user
 from tests.support.processes import CliProcess
 
 CLOCK_MS = 1_700_000_000_000
 OFFLOAD = "interpreters.image_offload:offload_images"
-MODEL = {"kind": "model", "provider": "mock", "model": "m1"}
 
 
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def user(mid: str, *blocks: dict[str, Any]) -> dict[str, Any]:
-    return {"id": mid, "role": "user", "content": list(blocks), "source": {"kind": "user"}}
-
-
-def assistant(
-    turn: int, step: int, mid: str, body: str, calls: Iterable[str] = ()
-) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [text(body)]
-    content += [{"type": "tool-call", "id": c, "name": "echo", "arguments": "{}"} for c in calls]
-    message = {"id": mid, "role": "assistant", "content": content, "source": MODEL}
-    return {"turn": turn, "step": step, "message": message, "stream": [{"t": 0, "kind": "text"}]}
-
-
-def tool_result(turn: int, step: int, call: str, body: str, error: bool = False) -> dict[str, Any]:
-    block = {"type": "tool-result", "toolCallId": call, "content": [text(body)], "isError": error}
-    message = {
-        "id": f"r-{call}",
-        "role": "user",
-        "content": [block],
-        "source": {"kind": "tool", "callId": call},
-    }
-    data: dict[str, Any] = {"turn": turn, "step": step, "message": message}
-    if error:
-        data["error"] = {"name": "EchoError", "code": "ECHO_FAILED", "reason": "boom"}
-    return data
+# A stream that delivered text.
+STREAM = [{"t": 0, "kind": "text"}]
+# A tool's failure, as a failed tool/result carries it.
+ECHO_FAILED = {"name": "EchoError", "code": "ECHO_FAILED", "reason": "boom"}
 
 
 @dataclass
@@ -77,34 +52,19 @@ def scripted_session(session_id: str, turns: int = 3) -> Script:
     s.register_message_projection("image/offload", offload_images)
     s.append("turn/start", {"turn": 1})
     s.append("step/start", {"turn": 1, "step": 1})
-    s.append(
-        "system/message",
-        {
-            "turn": 1,
-            "step": 1,
-            "message": {
-                "id": "sys",
-                "role": "system",
-                "content": [text("be terse")],
-                "source": {"kind": "plugin", "plugin": "system-prompt"},
-            },
-        },
-        "append",
-    )
-    s.append("user/message", user("u1", text("list files")), "append")
+    s.append("system/message", system(1, 1), "append")
+    s.append("user/message", user("u1", "list files"), "append")
     s.append("request/header", {"header": {"config": {"temperature": 0}}, "reason": "initial"})
     s.append("request/context", {"provider": "mock", "model": "m1", "contextWindow": 8000})
     s.append("assistant/attempt", {"turn": 1, "step": 1, "stream": []})
-    s.append("assistant/message", assistant(1, 1, "a1", "calling", ["c1"]), "append")
-    call = s.append(
-        "tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": "{}"}
-    )
+    s.append("assistant/message", assistant(1, 1, "a1", "calling", ["c1"], STREAM), "append")
+    call = s.append("tool/call", tool_call("c1"))
     failed = s.append(
-        "tool/result", tool_result(1, 1, "c1", "boom", error=True), "append", [call.seq]
+        "tool/result", tool_result("c1", 1, 1, "boom", error=ECHO_FAILED), "append", [call.seq]
     )
     rewrite = s.append(
         "tool/result",
-        tool_result(1, 1, "c1", "boom (trimmed)", error=True),
+        tool_result("c1", 1, 1, "boom (trimmed)", error=ECHO_FAILED),
         dsh.Replace(failed.seq, failed.seq),
         [failed.seq],
     )
@@ -115,21 +75,27 @@ def scripted_session(session_id: str, turns: int = 3) -> Script:
         "user/message",
         user(
             "u2",
-            text("what is this?"),
-            {"type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="},
+            content=[
+                text("what is this?"),
+                {"type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="},
+            ],
         ),
         "append",
     )
     s.append("step/start", {"turn": 2, "step": 1})
     offload = s.append("image/offload", {"seqs": [image.seq], "ref": "blob://img-1"})
-    s.append("assistant/message", assistant(2, 1, "a2", "a cat"), "append")
+    s.append("assistant/message", assistant(2, 1, "a2", "a cat", (), STREAM), "append")
     s.append("step/end", {"turn": 2, "step": 1})
     s.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
     for turn in range(3, turns + 1):
         s.append("turn/start", {"turn": turn})
-        s.append("user/message", user(f"u{turn}", text(f"question {turn}")), "append")
+        s.append("user/message", user(f"u{turn}", f"question {turn}"), "append")
         s.append("step/start", {"turn": turn, "step": 1})
-        s.append("assistant/message", assistant(turn, 1, f"a{turn}", f"answer {turn}"), "append")
+        s.append(
+            "assistant/message",
+            assistant(turn, 1, f"a{turn}", f"answer {turn}", (), STREAM),
+            "append",
+        )
         s.append("step/end", {"turn": turn, "step": 1})
         s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
     # Compaction: turn 1 after the system prompt becomes one summary citing what it hides.
@@ -138,7 +104,7 @@ def scripted_session(session_id: str, turns: int = 3) -> Script:
     s.append("compaction/start", {"reason": "context"})
     summary = s.append(
         "user/message",
-        user("summary", text("summary of the conversation so far")),
+        user("summary", "summary of the conversation so far"),
         dsh.Replace(shadowed[0], shadowed[-1]),
         list(shadowed),
     )
@@ -151,7 +117,7 @@ def forked(parent: dsh.Session, child_id: str) -> dsh.Session:
     child = parent.fork(child_id)
     turn = 1 + max(e.data["turn"] for e in child.events() if e.type == "turn/start")
     child.append("turn/start", {"turn": turn})
-    child.append("user/message", user("fork-q", text("and in the fork?")), "append")
+    child.append("user/message", user("fork-q", "and in the fork?"), "append")
     child.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
     return child
 
@@ -160,9 +126,13 @@ def simple_session(session_id: str, turns: int) -> dsh.Session:
     s = dsh.Session.create(session_id, clock=lambda: CLOCK_MS)
     for turn in range(1, turns + 1):
         s.append("turn/start", {"turn": turn})
-        s.append("user/message", user(f"u{turn}", text(f"question {turn}")), "append")
+        s.append("user/message", user(f"u{turn}", f"question {turn}"), "append")
         s.append("step/start", {"turn": turn, "step": 1})
-        s.append("assistant/message", assistant(turn, 1, f"a{turn}", f"answer {turn}"), "append")
+        s.append(
+            "assistant/message",
+            assistant(turn, 1, f"a{turn}", f"answer {turn}", (), STREAM),
+            "append",
+        )
         s.append("step/end", {"turn": turn, "step": 1})
         s.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
     return s

@@ -46,10 +46,10 @@ from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.writer_support import (
     run_script_in_process,
     running_writer,
-    user,
     without_time,
     writer_settings,
 )
+from tests.support.builders import user
 
 FORMATS = Path(__file__).resolve().parents[1] / "unit" / "data" / "formats"
 # Small enough that one oversized event is cheap to build; the writer refuses it, not the core.

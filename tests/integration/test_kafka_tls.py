@@ -18,7 +18,12 @@ from producers import SessionClient
 from servicekit.kafka_errors import KafkaTlsError
 from servicekit.settings import KafkaSettings
 from servicekit.topics import ensure_topics
-from tests.integration.writer_support import PARTITIONS, running_writer, user, writer_settings
+from tests.integration.writer_support import (
+    PARTITIONS,
+    running_writer,
+    writer_settings,
+)
+from tests.support.builders import user
 
 
 @pytest.fixture(scope="module")

@@ -38,9 +38,8 @@ from tests.integration.projector_support import (
     scripted_session,
     simple_session,
     start_projector_process,
-    text,
-    user,
 )
+from tests.support.builders import user
 from tests.support.read_models import KEYS, applied
 from tests.support.waiting import wait_for
 
@@ -98,7 +97,7 @@ def test_a_poison_record_blocks_its_session_and_no_other(
         "type": "user/message",
         "seq": 3,
         "time": CLOCK_MS,
-        "data": user("x", text("rewrite history")),
+        "data": user("x", "rewrite history"),
         "surfaceOp": {"op": "replace", "startSeq": 0, "endSeq": 2},  # 0 is not a surface node
         "sourceEventSeqs": [0, 1, 2],
     }

@@ -31,9 +31,8 @@ from tests.integration.projector_support import (
     publish,
     scripted_session,
     simple_session,
-    text,
-    user,
 )
+from tests.support.builders import user
 from tests.support.read_models import KEYS
 from tests.support.waiting import wait_for
 
@@ -308,7 +307,7 @@ def test_dsh_replay_and_verify_on_a_cluster_with_a_blocked_session(
         "type": "user/message",
         "seq": 3,
         "time": CLOCK_MS,
-        "data": user("x", text("rewrite history")),
+        "data": user("x", "rewrite history"),
         "surfaceOp": {"op": "replace", "startSeq": 0, "endSeq": 2},  # 0 is not a surface node
         "sourceEventSeqs": [0, 1, 2],
     }

@@ -26,9 +26,9 @@ from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
     running_writer,
-    user,
     writer_settings,
 )
+from tests.support.builders import user
 from tests.support.waiting import wait_for
 
 

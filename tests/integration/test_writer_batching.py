@@ -15,7 +15,11 @@ import pytest
 from producers import SessionClient
 from producers.writer import Writer
 from servicekit.settings import KafkaSettings
-from tests.integration.writer_support import running_writer, user, writer_settings
+from tests.integration.writer_support import (
+    running_writer,
+    writer_settings,
+)
+from tests.support.builders import user
 
 INTERVAL_S = 1.0
 SESSIONS = 5

@@ -22,8 +22,8 @@ from tests.integration.writer_support import (
     WriterProcess,
     split,
     stop_mid_batch,
-    user,
 )
+from tests.support.builders import user
 from tests.support.waiting import wait_for
 
 ALL = list(range(PARTITIONS))

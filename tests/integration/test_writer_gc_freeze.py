@@ -34,9 +34,9 @@ from tests.integration.writer_support import (
     CommitProbe,
     load_in_order,
     running_writer,
-    user,
     writer_settings,
 )
+from tests.support.builders import user
 
 # Of each kind. At gc_threshold 700 a young collection comes during most commands: a few
 # rejections of each kind are enough for one to catch its cycle alive and freeze it.

@@ -19,9 +19,9 @@ from tests.integration.writer_support import (
     PARTITIONS,
     events_end_offsets,
     running_writer,
-    user,
     writer_settings,
 )
+from tests.support.builders import user
 
 
 def _rejected(call: Any) -> dsh.SessionError:

@@ -42,15 +42,14 @@ from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
-    assistant,
     events_end_offsets,
     multi_turn_script,
     run_script_in_process,
     running_writer,
-    user,
     without_time,
     writer_settings,
 )
+from tests.support.builders import assistant, user
 from tests.support.waiting import wait_for
 
 
@@ -102,7 +101,7 @@ def _open_step(client: SessionClient, sid: str) -> None:
     client.append(sid, "turn/start", {"turn": 1})
     client.append(sid, "user/message", user("u1"), surface_op="append")
     client.append(sid, "step/start", {"turn": 1, "step": 1})
-    client.append(sid, "assistant/message", assistant(1, 1, "hello"), surface_op="append")
+    client.append(sid, "assistant/message", assistant(1, 1, "a-1-1", "hello"), surface_op="append")
 
 
 REJECTIONS: list[tuple[str, dict[str, Any], type[dsh.SessionError], str]] = [
@@ -167,7 +166,7 @@ def test_each_rejection_reaches_the_client_typed_and_publishes_nothing(
     local.append("turn/start", {"turn": 1})
     local.append("user/message", user("u1"), surface_op="append")
     local.append("step/start", {"turn": 1, "step": 1})
-    local.append("assistant/message", assistant(1, 1, "hello"), surface_op="append")
+    local.append("assistant/message", assistant(1, 1, "a-1-1", "hello"), surface_op="append")
     before = events_end_offsets(topics)
 
     with pytest.raises(error) as remote_error:

@@ -25,6 +25,7 @@ from schemas import draft
 from servicekit import kafka_clients
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
+from tests.support.builders import assistant, system, tool_call, tool_result, user
 from tests.support.processes import CliProcess, service_env
 from tests.support.waiting import wait_for
 
@@ -32,50 +33,9 @@ REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 
 
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def user(mid: str, body: str = "hi") -> dict[str, Any]:
-    return {"id": mid, "role": "user", "content": [text(body)], "source": {"kind": "user"}}
-
-
-def system(turn: int, step: int, body: str) -> dict[str, Any]:
-    message = {
-        "id": f"sys-{turn}-{step}",
-        "role": "system",
-        "content": [text(body)],
-        "source": {"kind": "plugin", "plugin": "system-prompt"},
-    }
-    return {"turn": turn, "step": step, "message": message}
-
-
-def assistant(turn: int, step: int, body: str, calls: tuple[str, ...] = ()) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [text(body)]
-    content += [{"type": "tool-call", "id": c, "name": "echo", "arguments": "{}"} for c in calls]
-    message = {
-        "id": f"a-{turn}-{step}",
-        "role": "assistant",
-        "content": content,
-        "source": {"kind": "model", "provider": "mock", "model": "m1"},
-    }
-    stream = [{"t": 0, "kind": "text", "text": body}]
-    return {"turn": turn, "step": step, "message": message, "stream": stream}
-
-
-def tool_call(call: str, turn: int, step: int) -> dict[str, Any]:
-    return {"turn": turn, "step": step, "callId": call, "name": "echo", "arguments": "{}"}
-
-
-def tool_result(call: str, turn: int, step: int, body: str) -> dict[str, Any]:
-    block = {"type": "tool-result", "toolCallId": call, "content": [text(body)], "isError": False}
-    message = {
-        "id": f"r-{call}",
-        "role": "user",
-        "content": [block],
-        "source": {"kind": "tool", "callId": call},
-    }
-    return {"turn": turn, "step": step, "message": message}
+def said(body: str) -> list[dict[str, Any]]:
+    """A stream that delivered ``body`` at once."""
+    return [{"t": 0, "kind": "text", "text": body}]
 
 
 # One append: (type, data, surface_op, source_event_seqs) -> committed event; one command of
@@ -98,16 +58,17 @@ def multi_turn_script(append: Append, append_many: AppendMany) -> None:
         visible(append("user/message", user(f"u{turn}", f"question {turn}"), "append", None))
         append("step/start", {"turn": turn, "step": 1}, None, None)
         if turn == 1:
-            visible(append("system/message", system(1, 1, "be terse"), "append", None))
+            prompt = system(1, 1, mid="sys-1-1", body="be terse")
+            visible(append("system/message", prompt, "append", None))
         call = f"c{turn}"
-        visible(
-            append("assistant/message", assistant(turn, 1, "let me look", (call,)), "append", None)
-        )
+        looking = assistant(turn, 1, f"a-{turn}-1", "let me look", (call,), said("let me look"))
+        visible(append("assistant/message", looking, "append", None))
         called = append("tool/call", tool_call(call, turn, 1), None, None)
         visible(append("tool/result", tool_result(call, turn, 1, "42"), "append", [called.seq]))
         append("step/end", {"turn": turn, "step": 1}, None, None)
         append("step/start", {"turn": turn, "step": 2}, None, None)
-        visible(append("assistant/message", assistant(turn, 2, f"answer {turn}"), "append", None))
+        answer = assistant(turn, 2, f"a-{turn}-2", f"answer {turn}", (), said(f"answer {turn}"))
+        visible(append("assistant/message", answer, "append", None))
         # The end of a turn as one all-or-nothing command.
         append_many(
             [

@@ -28,6 +28,8 @@ from schemas import HEADER_REQUEST, decode_event
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.stacks import DUMP_SIGNAL
+from tests.integration.projector_support import STREAM
+from tests.support.builders import assistant, user
 from tests.support.processes import CliProcess
 from tests.support.waiting import wait_for
 
@@ -198,25 +200,17 @@ def sessions_spread(count: int, prefix: str = "s") -> list[str]:
 # -- the load ---------------------------------------------------------------------------
 
 
-def _text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
 def script_step(i: int, rid: str) -> tuple[str, Any, Any]:
     """The i-th append of a session: turns of six events, the two messages on the surface."""
     turn, k = i // 6 + 1, i % 6
-    model = {"kind": "model", "provider": "mock", "model": "m1"}
     if k == 0:
         return "turn/start", {"turn": turn}, None
     if k == 1:
-        message = {"id": rid, "role": "user", "content": [_text(rid)], "source": {"kind": "user"}}
-        return "user/message", message, "append"
+        return "user/message", user(rid, rid), "append"
     if k == 2:
         return "step/start", {"turn": turn, "step": 1}, None
     if k == 3:
-        message = {"id": rid, "role": "assistant", "content": [_text("ok")], "source": model}
-        data = {"turn": turn, "step": 1, "message": message, "stream": [{"t": 0, "kind": "text"}]}
-        return "assistant/message", data, "append"
+        return "assistant/message", assistant(turn, 1, rid, "ok", (), STREAM), "append"
     if k == 4:
         return "step/end", {"turn": turn, "step": 1}, None
     return "turn/end", {"turn": turn, "reason": {"kind": "completed"}}, None

@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 import dsh
-from tests.unit.core_builders import assistant, new, system, tool_call, tool_result, user
+from tests.support.builders import assistant, new, system, tool_call, tool_result, user
 
 Step = tuple[str, Any, Any, Any]  # type, data, surface op, sources
 

@@ -9,8 +9,7 @@ import pytest
 import dsh
 import dsh.errors
 from dsh.errors import error_from_wire
-
-from .core_builders import new, user
+from tests.support.builders import new, user
 
 
 def _rejections() -> list[dsh.SessionError]:

@@ -6,8 +6,7 @@ import pytest
 
 import dsh
 from dsh.json_snapshot import FrozenDict
-
-from .core_builders import user
+from tests.support.builders import user
 
 
 def test_wire_round_trip_keeps_every_field() -> None:

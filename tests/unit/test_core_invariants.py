@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 import dsh
+from tests.support.builders import in_step, new, state, system, tool_call, tool_result
 from tests.support.tables import CASES, Step
-
-from .core_builders import in_step, new, state, system, tool_call, tool_result
 
 
 def run(steps: list[Step], invariants: bool = True) -> dsh.Session:

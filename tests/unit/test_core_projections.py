@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 import dsh
-
-from .core_builders import in_step, new, state, user
+from tests.support.builders import in_step, new, state, user
 
 IMG = {"type": "image", "mediaType": "image/png", "data": "AAAA"}
 

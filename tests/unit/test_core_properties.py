@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dsh
-
-from .core_builders import assistant, state, system, tool_call, tool_result, user
+from tests.support.builders import assistant, state, system, tool_call, tool_result, user
 
 
 def offload(ev: dsh.Event, ctx: Any) -> Mapping[int, Any]:

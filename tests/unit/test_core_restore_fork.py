@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 import dsh
-
-from .core_builders import CLOCK_MS, assistant, in_step, new, tool_call, tool_result, user
+from tests.support.builders import CLOCK_MS, assistant, in_step, new, tool_call, tool_result, user
 
 
 def closed_turn() -> dsh.Session:

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 import dsh
-
-from .core_builders import assistant, in_step, new, system, tool_result, user
+from tests.support.builders import assistant, in_step, new, system, tool_result, user
 
 
 def test_seq_and_time_clamped_to_never_go_back() -> None:

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 import dsh
+from tests.support.builders import new, state, tool_result, user
 from tests.support.tables import ACCEPTED, REJECTED, SYS2, R, U, base
-
-from .core_builders import new, state, tool_result, user
 
 
 def nodes(s: dsh.Session) -> tuple[int, ...]:

@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 
 import dsh
+from tests.support.builders import assistant, new, state, system, user
 from tests.support.tables import BAD, VOCABULARY_BASE
-
-from .core_builders import assistant, new, state, system, user
 
 
 @pytest.mark.parametrize(("name", "type_", "data", "code"), BAD, ids=[b[0] for b in BAD])

@@ -19,7 +19,7 @@ from schemas import AppendCommand, decode_event, decode_reply, draft, encode_com
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.topics import Topics
-from tests.unit.core_builders import user
+from tests.support.builders import user
 
 TOPICS = Topics.of(KafkaSettings(topic_prefix="t"))
 PARTITIONS = 4

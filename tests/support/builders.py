@@ -1,7 +1,9 @@
-"""Small builders for core tests: valid data for each event type, and a session at a turn."""
+"""Builders of valid data for each event type, and of sessions at a turn: one set for every
+test suite (core, writer, projectors, reliability, contract)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import dsh
@@ -13,11 +15,14 @@ def text(t: str) -> dict[str, Any]:
     return {"type": "text", "text": t}
 
 
-def user(mid: str = "u", body: str = "hi", **source: Any) -> dict[str, Any]:
+def user(
+    mid: str = "u", body: str = "hi", *, content: list[Any] | None = None, **source: Any
+) -> dict[str, Any]:
+    """A user message: ``body`` as one text block, or ``content`` as given."""
     return {
         "id": mid,
         "role": "user",
-        "content": [text(body)] if body else [],
+        "content": content if content is not None else [text(body)] if body else [],
         "source": source or {"kind": "user"},
     }
 
@@ -38,7 +43,12 @@ def system(
 
 
 def assistant(
-    turn: int = 1, step: int = 1, mid: str = "a", body: str = "ok", calls: tuple[str, ...] = ()
+    turn: int = 1,
+    step: int = 1,
+    mid: str = "a",
+    body: str = "ok",
+    calls: Iterable[str] = (),
+    stream: list[Any] | None = None,
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = [text(body)] if body else []
     content += [{"type": "tool-call", "id": c, "name": "echo", "arguments": "{}"} for c in calls]
@@ -51,7 +61,7 @@ def assistant(
             "content": content,
             "source": {"kind": "model", "provider": "mock", "model": "m1"},
         },
-        "stream": [],
+        "stream": stream or [],
     }
 
 
