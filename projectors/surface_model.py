@@ -107,9 +107,9 @@ def _plan(
 ) -> SurfaceChange:
     t, op, seq = ev.type, ev.surface_op, ev.seq
     if t in CORE_TYPES:
-        if not ev._vetted:  # as dsh.Session does: context-free, so once per Event object
+        if not ev.vetted:  # as dsh.Session does: context-free, so once per Event object
             check_data(t, ev.data, seq)  # (a replay of several projections plans each once)
-            object.__setattr__(ev, "_vetted", True)
+            object.__setattr__(ev, "vetted", True)
         sources = ev.source_event_seqs
         if sources is not None:
             sources = check_sources(t, seq, sources)
