@@ -102,7 +102,7 @@ def build(n_events: int) -> dsh.Session:
 
 
 def open_turn(s: dsh.Session) -> None:
-    last_turn = s._turns.last_turn
+    last_turn = s.turns.last_turn
     s.append("turn/start", {"turn": last_turn + 1})
 
 

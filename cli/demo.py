@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import dsh
 from cli import demo_script
+from dsh.messages import projects_to_nothing
 
 if TYPE_CHECKING:
     from producers import SessionClient
@@ -343,12 +344,10 @@ def render(run: DemoRun) -> str:
 
 def _visible_nodes(surface: SurfaceView) -> list[int]:
     """The node seq of each message ``surface.messages`` lists (empty ones are dropped)."""
-    from projectors.surface_model import DROP_WHEN_EMPTY
-
     out = []
     for seq in surface.nodes:
         node = surface.node_messages[seq]
-        if node["type"] in DROP_WHEN_EMPTY and not node["message"]["content"]:
+        if projects_to_nothing(node["type"], node["message"]):
             continue
         out.append(seq)
     return out

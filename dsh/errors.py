@@ -7,14 +7,16 @@ Messages name the offending seq and field, like DSH's own.
 
 Codes raised by the core, by class (the module that raises them in brackets):
 
-- ``ValidationError``: ``INVALID_TYPE``, ``INVALID_ENVELOPE``, ``INVALID_IGNORABLE``,
-  ``UNKNOWN_TYPE`` [event, session]; ``JSON_NOT_FINITE``, ``JSON_KEY_NOT_STRING``,
-  ``JSON_UNSUPPORTED_TYPE``, ``JSON_CYCLE``, ``JSON_TOO_DEEP`` [json_snapshot];
+- ``ValidationError``: ``INVALID_TYPE``, ``INVALID_ENVELOPE``, ``INVALID_IGNORABLE``
+  [event, session]; ``UNKNOWN_TYPE``, ``SEQ_NOT_NEXT`` [fold]; ``JSON_NOT_FINITE``,
+  ``JSON_KEY_NOT_STRING``, ``JSON_UNSUPPORTED_TYPE``, ``JSON_CYCLE``, ``JSON_TOO_DEEP``
+  [json_snapshot];
   ``INVALID_DATA``, ``TOOL_RESULT_SHAPE``, ``TOOL_RESULT_CALL_ID_MISMATCH``,
   ``TOOL_RESULT_ERROR_FLAG``, ``INTERRUPTED_WITH_TOOL_CALLS`` [vocabulary].
-- ``SurfaceError``: ``SURFACE_OP_REQUIRED``, ``SURFACE_OP_FORBIDDEN``, ``INVALID_SURFACE_OP``,
-  ``REPLACE_NOT_EARLIER``, ``REPLACE_START_NOT_ON_SURFACE``, ``REPLACE_END_NOT_ON_SURFACE``,
-  ``REPLACE_REVERSED`` [surface]; ``NODE0_REPLACEMENT_NOT_SYSTEM``, ``NODE0_RANGE_TOO_WIDE``
+- ``SurfaceError``: ``SURFACE_OP_REQUIRED``, ``SURFACE_OP_FORBIDDEN`` [fold];
+  ``INVALID_SURFACE_OP`` [event, fold]; ``REPLACE_NOT_EARLIER``,
+  ``REPLACE_START_NOT_ON_SURFACE``, ``REPLACE_END_NOT_ON_SURFACE``, ``REPLACE_REVERSED``
+  [surface]; ``NODE0_REPLACEMENT_NOT_SYSTEM``, ``NODE0_RANGE_TOO_WIDE``
   [node_zero]; ``TOOL_REWRITE_NOT_SINGLE``, ``TOOL_REWRITE_TARGET``, ``TOOL_REWRITE_CHANGED``
   [tool_rewrite].
 - ``ProvenanceError``: ``SOURCES_NOT_ALLOWED``, ``SOURCES_INVALID``, ``SOURCES_EMPTY``,
@@ -25,7 +27,8 @@ Codes raised by the core, by class (the module that raises them in brackets):
   ``TOOL_RESULT_UNMATCHED`` [invariants].
 - ``ProjectionError``: ``PROJECTION_INTERPRETER_MISSING``, ``PROJECTION_FAILED``,
   ``PROJECTION_INVALID``, ``PROJECTION_NOT_A_NODE``, ``PROJECTION_ENVELOPE``,
-  ``PROJECTION_TYPE_RESERVED``, ``PROJECTION_TYPE_ALREADY_LOGGED`` [projections, session].
+  ``PROJECTION_TYPE_RESERVED``, ``PROJECTION_TYPE_ALREADY_LOGGED`` [projections, fold,
+  session].
 - ``ReentrantAppendError``: ``REENTRANT_APPEND``.
 - ``RestoreError``: the failing event's own code, or ``RESTORE_NOT_CONTIGUOUS`` [restore].
 - ``ForkError``: ``OPEN_TURN``, ``INVALID_BOUNDARY`` [restore].

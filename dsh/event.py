@@ -42,9 +42,9 @@ class Event:
     surface_op: SurfaceOp = None
     source_event_seqs: Sources = None
     ignorable: bool = False
-    # Set once the context-free checks (vocabulary) passed, so restoring events this process
-    # already validated skips them; not part of equality.
-    _vetted: bool = field(default=False, init=False, compare=False, repr=False)
+    # True once the surface fold (dsh.fold) ran the context-free vocabulary checks on this very
+    # object, so restoring or planning it again skips them; read-only, not part of equality.
+    vetted: bool = field(default=False, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         data = self.data

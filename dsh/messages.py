@@ -9,8 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# These types project to nothing when their message has no content.
-_DROP_WHEN_EMPTY = frozenset({"system/message", "assistant/message"})
+# These types project to nothing while their message has no content. The one definition: the
+# projectors' read API applies it to the messages they keep in Redis.
+DROP_WHEN_EMPTY = frozenset({"system/message", "assistant/message"})
+
+
+def projects_to_nothing(type_: str, message: Mapping[str, Any]) -> bool:
+    """True when a node of ``type_`` with this current message adds no model message."""
+    return type_ in DROP_WHEN_EMPTY and not message["content"]
 
 
 class MessageCache:
@@ -27,6 +33,7 @@ class MessageCache:
         generation: int,
         current: Callable[[int], tuple[str, Mapping[str, Any]]],
     ) -> list[Mapping[str, Any]]:
+        """``current(seq)`` is node ``seq``'s type and current message."""
         if generation != self._generation:
             self._generation = generation
             self._visited = 0
@@ -35,7 +42,7 @@ class MessageCache:
             out = self._messages
             for seq in nodes[self._visited :]:
                 type_, message = current(seq)
-                if type_ in _DROP_WHEN_EMPTY and not message["content"]:
+                if type_ in DROP_WHEN_EMPTY and not message["content"]:
                     continue
                 out.append(message)
             self._visited = len(nodes)

@@ -39,7 +39,7 @@ def close_interrupted_turn(session: Session) -> tuple[Event, ...]:
 
     Each closer goes through ``append``, so every rule still applies to it.
     """
-    state = session._turns
+    state = session.turns
     turn = state.open_turn
     if turn is None:
         return ()

@@ -1,14 +1,14 @@
 """Restoring a session from its log, and forking one at a turn boundary.
 
-Restore runs every event through the same plan/commit path as append, plus what only a stored
-log can get wrong: the envelope and contiguous seqs. Recorded times are kept as logged (they
-are facts of the log; append alone guarantees they never go backwards).
+Restore runs every event through the same path as append (``Session.append_logged``), plus
+what only a stored log can get wrong: the envelope and contiguous seqs. Recorded times are kept
+as logged (they are facts of the log; append alone guarantees they never go backwards).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsh.errors import ForkError, RestoreError, SessionError, ValidationError
@@ -48,8 +48,9 @@ def restore(
 
 
 def _replay(session: Session, events: Iterable[Event | Mapping[str, Any]]) -> Event | None:
-    plan, commit = session._plan, session._commit
-    last: Event | None = None
+    start = len(session)
+    checked: list[Event] = []
+    failure: RestoreError | None = None
     for index, raw in enumerate(events):
         try:
             if type(raw) is Event:
@@ -64,15 +65,28 @@ def _replay(session: Session, events: Iterable[Event | Mapping[str, Any]]) -> Ev
                     index=index,
                     code="RESTORE_NOT_CONTIGUOUS",
                 )
-            commit(ev, plan(ev))
-        except RestoreError:
-            raise
+        except RestoreError as exc:
+            failure = exc
+            break
         except SessionError as exc:
-            raise RestoreError(
+            failure = RestoreError(
                 f"invalid event at index {index}: {exc.message}", index=index, code=exc.code
-            ) from exc
-        last = ev
-    return last
+            )
+            failure.__cause__ = exc
+            break
+        checked.append(ev)
+    # The events before a malformed one are applied first: a rule one of them breaks is the
+    # error to report, as if each event were checked and applied in turn.
+    try:
+        session.append_logged(checked)
+    except SessionError as exc:
+        index = len(session) - start  # the rejected event: all before it were committed
+        raise RestoreError(
+            f"invalid event at index {index}: {exc.message}", index=index, code=exc.code
+        ) from exc
+    if failure is not None:
+        raise failure
+    return checked[-1] if checked else None
 
 
 def _check_envelope(ev: Event) -> None:
@@ -87,15 +101,14 @@ def _check_envelope(ev: Event) -> None:
 def append_marker(session: Session, data: Mapping[str, Any]) -> Event:
     # Stamped with the last logged time, not the clock, so restore stays a pure function of the
     # log (two restores of one log are equal, which replay/verify rely on). Valid by
-    # construction, it still goes through plan/commit.
-    ev = Event(END_SEED, len(session._events), session._last_time, data)
-    session._commit(ev, session._plan(ev))
+    # construction, it still goes through every rule.
+    ev = Event(END_SEED, len(session), session.last_time, data)
+    session.append_logged((ev,))
     return ev
 
 
 def fork(parent: Session, child_id: str, at: int | None) -> Session:
-    events = parent._events
-    n = len(events)
+    n = len(parent)
     boundary = n if at is None else at
     if type(boundary) is not int or not 1 <= boundary <= n:
         raise ForkError(
@@ -103,25 +116,23 @@ def fork(parent: Session, child_id: str, at: int | None) -> Session:
             f'exist in session "{parent.id}" (last seq: {n - 1})',
             code="INVALID_BOUNDARY",
         )
-    open_turn = _open_turn_at(parent, boundary)
+    events = parent.events(0, boundary)
+    open_turn = parent.turns.open_turn if boundary == n else _open_turn_in(events)
     if open_turn is not None:
         raise ForkError(
             f'fork boundary {boundary - 1} in session "{parent.id}" ends inside open turn '
             f"{open_turn}",
             code="OPEN_TURN",
         )
-    child = type(parent)(child_id, clock=parent._clock, invariants=parent._invariants)
-    restore(child, events[:boundary], parent._projections, mark_end=False)
+    child = type(parent)(child_id, clock=parent.clock, invariants=parent.invariants)
+    restore(child, events, parent.projections, mark_end=False)
     append_marker(child, _INHERITED)
     return child
 
 
-def _open_turn_at(session: Session, boundary: int) -> int | None:
-    if boundary == len(session._events):
-        return session._turns.open_turn
+def _open_turn_in(events: Sequence[Event]) -> int | None:
     # Only the events since the last turn boundary matter: O(turn length), not O(log).
-    events = session._events
-    for i in range(boundary - 1, -1, -1):
+    for i in range(len(events) - 1, -1, -1):
         ev = events[i]
         if ev.type == "turn/end":
             return None

@@ -1,8 +1,9 @@
 """``dsh.Session``: the validated append-only log and its projections.
 
-Every event goes through one path: ``_plan`` checks all rules without touching state and
-returns what would change; ``_commit`` applies it. Append and restore share that path, so they
-enforce the same rules, and a rejected event leaves no trace.
+Every event goes through one path: the session's :class:`~dsh.fold.SurfaceFold` plans it
+against every surface rule, the session adds the turn invariants, and only then is it committed
+(to the fold, the log, the transcript and the turn state). Append and restore share that path,
+so they enforce the same rules, and a rejected event leaves no trace.
 """
 
 from __future__ import annotations
@@ -10,43 +11,22 @@ from __future__ import annotations
 import logging
 import time as _time
 from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
-from dsh.errors import (
-    ProjectionError,
-    ReentrantAppendError,
-    SurfaceError,
-    ValidationError,
-)
+from dsh.errors import ProjectionError, ReentrantAppendError, ValidationError
 from dsh.event import Event, Replace, SurfaceOp, check_type, parse_surface_op
+from dsh.fold import APPEND, LOG, PROJECTION, Step, SurfaceFold
 from dsh.invariants import TurnState
 from dsh.json_snapshot import freeze
-from dsh.messages import MessageCache
-from dsh.node_zero import check_node_zero
-from dsh.projections import Interpreter, check_registrable, run_interpreter
-from dsh.provenance import check_replace_coverage, check_sources
-from dsh.surface import ReplacePlan, Surface
-from dsh.tool_rewrite import check_tool_result_rewrite
-from dsh.vocabulary import (
-    BUILTIN_PROJECTION_TYPES,
-    CORE_TYPES,
-    SURFACE_TYPES,
-    check_data,
-    message_of,
-)
+from dsh.projections import Interpreter, check_registrable
+from dsh.surface import Surface
+from dsh.vocabulary import SURFACE_TYPES
 
 log = logging.getLogger("dsh.session")
 
 Clock = Callable[[], int]
 Listener = Callable[[Event], object]
-
-# What _plan decided: (kind, replace plan, projection decision).
-_APPEND = 1
-_REPLACE = 2
-_LOG = 3
-_PROJECTION = 4
-_OPAQUE = 5  # an ignorable unknown event: kept, never checked or applied
-_Plan = tuple[int, ReplacePlan | None, dict[int, Any] | None]
 
 
 def _wall_clock() -> int:
@@ -63,15 +43,13 @@ class Session:
         "_busy",
         "_clock",
         "_events",
+        "_fold",
         "_invariants",
         "_last_time",
         "_listeners",
-        "_messages",
         "_missing",
         "_opaque_types",
-        "_overrides",
         "_projections",
-        "_surface",
         "_transcript",
         "_turns",
         "_used_projections",
@@ -85,14 +63,12 @@ class Session:
         self._clock: Clock = clock or _wall_clock
         self._invariants = bool(invariants)
         self._events: list[Event] = []
-        self._surface = Surface()
+        self._fold = SurfaceFold(log=self._events)
         self._turns = TurnState()
-        self._overrides: dict[int, Any] = {}  # node seq -> message rewritten by a projection
         self._projections: dict[str, Interpreter] = {}
         self._used_projections: set[str] = set()
         self._opaque_types: set[str] = set()
         self._missing: tuple[str, ...] = ()
-        self._messages = MessageCache()
         self._transcript: list[Event] = []
         self._listeners: list[Listener] = []
         self._busy = False
@@ -191,108 +167,56 @@ class Session:
             now = int(now)
         last = self._last_time
         ev = Event(type_, seq, now if now > last else last, frozen, op, sources, ignorable)
-        self._busy = True
+        self._busy = True  # an interpreter must not append either
         try:
-            plan = self._plan(ev)
+            step = self._fold.plan(ev, self._projections)
+            if self._invariants and step.kind <= LOG:
+                self._turns.check(ev)
         finally:
             self._busy = False
-        self._commit(ev, plan)
+        self._commit(ev, step)
         if self._listeners:
             self._notify(ev)
         return ev
 
-    def _plan(self, ev: Event) -> _Plan:
-        t = ev.type
-        op = ev.surface_op
-        if t in CORE_TYPES:
-            if not ev._vetted:
-                check_data(t, ev.data, ev.seq)
-                object.__setattr__(ev, "_vetted", True)
-            sources = ev.source_event_seqs
-            if sources is not None:
-                sources = check_sources(t, ev.seq, sources)
-            rplan: ReplacePlan | None = None
-            if t in SURFACE_TYPES:
-                if op == "append":
-                    kind = _APPEND
-                elif type(op) is Replace:
-                    kind = _REPLACE
-                    rplan = self._plan_replace(ev, op, sources)
-                elif op is None:
-                    raise SurfaceError(
-                        f'event {ev.seq}: surface event "{t}" requires a surfaceOp',
-                        code="SURFACE_OP_REQUIRED",
-                    )
-                else:
-                    raise SurfaceError(
-                        f'session event "{t}" carries an invalid replace surfaceOp {op!r}',
-                        code="INVALID_SURFACE_OP",
-                    )
-            else:
-                if op is not None:
-                    raise SurfaceError(
-                        f'event {ev.seq}: "{t}" is not a surface type; surfaceOp is forbidden',
-                        code="SURFACE_OP_FORBIDDEN",
-                    )
-                kind = _LOG
-            if self._invariants:
-                self._turns.check(ev)
-            return (kind, rplan, None)
-        interpreter = self._projections.get(t)
-        if interpreter is not None or t in BUILTIN_PROJECTION_TYPES:
-            return (_PROJECTION, None, self._plan_projection(ev, interpreter))
-        if ev.ignorable:
-            return (_OPAQUE, None, None)
-        raise ValidationError(
-            f'event {ev.seq}: unknown event type "{t}" must be marked ignorable: true',
-            code="UNKNOWN_TYPE",
-        )
-
-    def _plan_replace(self, ev: Event, op: Replace, sources: Any) -> ReplacePlan:
-        surface = self._surface
-        rplan = surface.plan_replace(op, ev.seq)
-        check_replace_coverage(ev.seq, sources, rplan.shadowed)
-        node0 = surface.node_at(0)
-        check_node_zero(ev.type, ev.seq, rplan, None if node0 is None else self._events[node0].type)
-        if ev.type == "tool/result":
-            target = self._events[rplan.shadowed[0]]
-            check_tool_result_rewrite(ev.seq, ev.data, rplan, target.type, target.data)
-        return rplan
-
-    def _plan_projection(self, ev: Event, interpreter: Interpreter | None) -> dict[int, Any]:
-        if interpreter is None:
-            raise ProjectionError(
-                f'event {ev.seq}: no interpreter is registered for message projection "{ev.type}"',
-                code="PROJECTION_INTERPRETER_MISSING",
+    def append_logged(self, events: Iterable[Event]) -> None:
+        """Validate and commit events exactly as they were logged, in order: every rule of
+        :meth:`append` applies, but each event keeps its seq (the first must be ``len(self)``)
+        and its recorded time, and listeners are not told. Restore and fork build sessions
+        with it. The events must be well-formed (``Event.from_json`` checks wire input). The
+        first rejected event raises; it commits nothing, the events before it stay committed.
+        """
+        if self._busy:
+            raise ReentrantAppendError(
+                f"session {self.id!r}: append called from inside a listener or interpreter",
             )
-        if ev.surface_op is not None or ev.source_event_seqs is not None:
-            raise ProjectionError(
-                f'event {ev.seq} ("{ev.type}"): a message projection carries neither surfaceOp '
-                "nor sourceEventSeqs",
-                code="PROJECTION_ENVELOPE",
-            )
-        surface = self._surface
-        return run_interpreter(
-            interpreter, ev, surface.nodes, surface.positions(), self._current_message
-        )
+        self._check_health()
+        plan, projections, commit = self._fold.plan, self._projections, self._commit
+        check = self._turns.check if self._invariants else None
+        self._busy = True  # an interpreter must not append
+        try:
+            for ev in events:
+                step = plan(ev, projections)  # the surface rules, then the turn rules
+                if check is not None and step.kind <= LOG:
+                    check(ev)
+                commit(ev, step)
+        finally:
+            self._busy = False
 
-    def _commit(self, ev: Event, plan: _Plan) -> None:
-        kind, rplan, decision = plan
+    def _commit(self, ev: Event, step: Step) -> None:
         self._events.append(ev)
         if ev.time > self._last_time:
             self._last_time = ev.time
-        if kind == _APPEND:
-            self._surface.commit_append(ev.seq)
+        self._fold.commit(ev, step)
+        kind = step.kind
+        if kind == APPEND:
             self._transcript.append(ev)
-        elif kind == _REPLACE:
-            self._surface.commit_replace(rplan, ev.seq)  # type: ignore[arg-type]
-        elif kind == _PROJECTION:
-            self._overrides.update(decision)  # type: ignore[arg-type]
-            self._surface.content_generation += 1
-            self._used_projections.add(ev.type)
-            return
-        elif kind == _OPAQUE:
-            self._opaque_types.add(ev.type)
+        elif kind > LOG:
+            # Only core types change turn state; these two kinds are remembered by type.
+            if kind == PROJECTION:
+                self._used_projections.add(ev.type)
+            else:
+                self._opaque_types.add(ev.type)
             return
         self._turns.apply(ev)
 
@@ -318,30 +242,41 @@ class Session:
                 code="PROJECTION_INTERPRETER_MISSING",
             )
 
-    def _current_message(self, seq: int) -> Mapping[str, Any]:
-        m = self._overrides.get(seq)
-        if m is None:
-            ev = self._events[seq]
-            m = message_of(ev.type, ev.data)
-        return m
-
-    def _typed_message(self, seq: int) -> tuple[str, Mapping[str, Any]]:
-        return self._events[seq].type, self._current_message(seq)
-
     def __len__(self) -> int:
         return len(self._events)
 
     def __repr__(self) -> str:
-        return f"Session({self.id!r}, events={len(self._events)}, surface={self._surface!r})"
+        return f"Session({self.id!r}, events={len(self._events)}, surface={self._fold.surface!r})"
 
     @property
     def surface(self) -> Surface:
         self._check_health()
-        return self._surface
+        return self._fold.surface
 
     @property
     def invariants(self) -> bool:
         return self._invariants
+
+    @property
+    def clock(self) -> Clock:
+        """The clock appends are stamped with (a fork inherits it)."""
+        return self._clock
+
+    @property
+    def last_time(self) -> int:
+        """The latest time in the log (epoch ms; 0 when empty): no append is stamped earlier."""
+        return self._last_time
+
+    @property
+    def projections(self) -> Mapping[str, Interpreter]:
+        """The registered message-projection interpreters, by event type (a read-only view)."""
+        return MappingProxyType(self._projections)
+
+    @property
+    def turns(self) -> TurnState:
+        """The open turn, step and tool calls as the log leaves them; read-only by convention
+        (crash repair and fork read it)."""
+        return self._turns
 
     def event(self, seq: int) -> Event:
         self._check_health()
@@ -355,10 +290,7 @@ class Session:
 
     def derive_messages(self) -> list[Mapping[str, Any]]:
         self._check_health()
-        surface = self._surface
-        return self._messages.derive(
-            surface.live_nodes(), surface.content_generation, self._typed_message
-        )
+        return self._fold.derive_messages()
 
     def transcript(self) -> tuple[Event, ...]:
         self._check_health()

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsh.event import Event
+from dsh.fold import SurfaceFold
 from dsh.vocabulary import BUILTIN_PROJECTION_TYPES, CORE_TYPES
 from projectors.projection import NodesProjection, Op, dumps, wire_of
-from projectors.surface_model import SurfaceState, step
 
 EVENTS, CITED_BY, SHADOWED_BY, INDEX, NODES = 2, 3, 4, 5, 6
 # Types whose data the audit keeps whole, and the index each is listed under.
@@ -58,9 +58,9 @@ class AuditProjection(NodesProjection):
             for part in ("events", "cited_by", "shadowed_by", "index", "nodes")
         ]
 
-    def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
+    def plan(self, state: SurfaceFold, ev: Event) -> list[Op]:
         seq = ev.seq
-        change = step(state, ev, {}, full_checks=False)
+        change = self.advance(state, ev)
         wire = wire_of(ev)
         record: dict[str, Any] = {"type": ev.type, "time": ev.time}
         for key in ("surfaceOp", "sourceEventSeqs", "ignorable"):

@@ -4,20 +4,28 @@ and how to plan one event's writes against that state.
 Planning is pure Python; applying is one call of ``lua/apply.lua`` per event, which writes the
 planned ops only if the event's seq is the session's next. Plans are deterministic functions of
 (state at seq - 1, event), so two processes that both apply an event write the same thing.
+
+The state of every projection is the core's own surface fold (``dsh.fold.SurfaceFold``),
+resumed from what the projection keeps in Redis: the projectors apply the core's rules, not a
+copy of them. Turn invariants are the writer's job and are not re-checked here; ``dsh verify``
+compares the result with a ``dsh.Session`` restored from the same log.
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import orjson
 
+from dsh.errors import ProjectionError
 from dsh.event import Event, Replace
+from dsh.fold import FoldSnapshot, SurfaceChange, SurfaceFold
+from dsh.projections import Interpreter
+from projectors.errors import MissingInterpreterError, PoisonRecordError
 from projectors.keys import Keys
-from projectors.surface_model import Node, SurfaceChange, SurfaceState
 
 S = TypeVar("S")
 Op = str | int
@@ -51,6 +59,25 @@ def wire_of(ev: Event) -> dict[str, Any]:
 
 def as_int(value: bytes | str | None, default: int) -> int:
     return default if value is None else int(value)
+
+
+def advance(fold: SurfaceFold, ev: Event, interpreters: Mapping[str, Interpreter]) -> SurfaceChange:
+    """Apply one event to ``fold`` with the core's rules, or raise without touching it.
+
+    The core's errors pass through, but for three that mean something else to a projector: a
+    seq that is not the next one, and a projection event with a surfaceOp or sources, are
+    poison records; a projection this process has no interpreter for blocks the session until
+    one is given (``MISSING_INTERPRETER``)."""
+    if ev.seq != fold.next_seq:
+        raise PoisonRecordError(f"event {ev.seq}: the session's next seq is {fold.next_seq}")
+    try:
+        return fold.apply(ev, interpreters)
+    except ProjectionError as exc:
+        if exc.code == "PROJECTION_INTERPRETER_MISSING":
+            raise MissingInterpreterError(exc.message) from exc
+        if exc.code == "PROJECTION_ENVELOPE":
+            raise PoisonRecordError(exc.message) from exc
+        raise
 
 
 class Projection(ABC, Generic[S]):
@@ -90,13 +117,14 @@ class Projection(ABC, Generic[S]):
         """
 
 
-class NodesProjection(Projection[SurfaceState]):
+class NodesProjection(Projection[SurfaceFold]):
     """A projection that keeps the current node list (a Redis list, its last KEY) next to its
     data: enough to know what a replace shadows and to refuse a replace the core would refuse.
-    An append is one RPUSH; only a replace rewrites the list, on the server."""
+    An append is one RPUSH; only a replace rewrites the list, on the server. Its state is a
+    light fold: which nodes are current, nothing about them."""
 
-    def fresh(self) -> SurfaceState:
-        return SurfaceState()
+    def fresh(self) -> SurfaceFold:
+        return SurfaceFold(full_checks=False)
 
     def nodes_key(self, session_id: str) -> str:
         return self.keys.session(session_id, self.name, "nodes")
@@ -107,14 +135,17 @@ class NodesProjection(Projection[SurfaceState]):
             ("LRANGE", self.nodes_key(session_id), 0, -1),
         ]
 
-    def load(self, replies: Sequence[Any]) -> SurfaceState:
+    def load(self, replies: Sequence[Any]) -> SurfaceFold:
         applied, nodes = replies[:2]
-        seqs = [int(n) for n in nodes]
-        info = {seq: Node("", None) for seq in seqs}
-        return SurfaceState.restore(as_int(applied, -1), seqs, info, 0, 0)
+        seqs = tuple(int(n) for n in nodes)
+        return SurfaceFold.from_snapshot(FoldSnapshot(as_int(applied, -1) + 1, seqs, None))
 
-    def applied(self, state: SurfaceState) -> int:
-        return state.applied
+    def applied(self, state: SurfaceFold) -> int:
+        return state.next_seq - 1
+
+    def advance(self, state: SurfaceFold, ev: Event) -> SurfaceChange:
+        # Light: the builtin projection types are known without interpreters, and none is run.
+        return advance(state, ev, {})
 
     @staticmethod
     def node_ops(change: SurfaceChange, index: int) -> list[Op]:

@@ -9,8 +9,8 @@ from typing import Any
 
 import redis
 
+from dsh.messages import projects_to_nothing
 from projectors.keys import Keys
-from projectors.surface_model import DROP_WHEN_EMPTY
 from projectors.transcript import entry_id
 
 
@@ -38,7 +38,7 @@ class SurfaceView:
         out = []
         for seq in self.nodes:
             node = self.node_messages[seq]
-            if node["type"] in DROP_WHEN_EMPTY and not node["message"]["content"]:
+            if projects_to_nothing(node["type"], node["message"]):
                 continue
             out.append(node["message"])
         return out

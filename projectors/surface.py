@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dsh.event import Event
+from dsh.fold import FoldSnapshot, Node, SurfaceFold
 from dsh.json_snapshot import freeze
 from dsh.projections import Interpreter
 from projectors.keys import Keys
-from projectors.projection import META, NodesProjection, Op, Projection, as_int, dumps
-from projectors.surface_model import Node, SurfaceState, step
+from projectors.projection import META, NodesProjection, Op, Projection, advance, as_int, dumps
 
 MESSAGES, NODES = 2, 3
 
@@ -30,7 +30,7 @@ def node_record(node: Node) -> dict[str, Any]:
     return record
 
 
-class SurfaceProjection(Projection[SurfaceState]):
+class SurfaceProjection(Projection[SurfaceFold]):
     name = "surface"
 
     def __init__(self, keys: Keys, interpreters: Mapping[str, Interpreter] | None = None) -> None:
@@ -43,45 +43,46 @@ class SurfaceProjection(Projection[SurfaceState]):
             self.keys.session(session_id, "surface", "nodes"),
         ]
 
-    def fresh(self) -> SurfaceState:
-        return SurfaceState()
+    def fresh(self) -> SurfaceFold:
+        return SurfaceFold()
 
     def load_reads(self, session_id: str) -> list[tuple[Any, ...]]:
         meta, messages, nodes = self.all_keys(session_id)
         return [("HGETALL", meta), ("HGETALL", messages), ("LRANGE", nodes, 0, -1)]
 
-    def load(self, replies: Sequence[Any]) -> SurfaceState:
+    def load(self, replies: Sequence[Any]) -> SurfaceFold:
         meta, messages, nodes = replies
-        info = {}
+        records = {}
         for field, value in messages.items():
             record = json.loads(value)
             data = record.get("data")
-            info[int(field)] = Node(
+            records[int(field)] = Node(
                 record["type"],
                 freeze(record["message"]),
                 None if data is None else freeze(data),
             )
-        return SurfaceState.restore(
-            as_int(meta.get(b"applied"), -1),
-            [int(n) for n in nodes],
-            info,
+        snapshot = FoldSnapshot(
+            as_int(meta.get(b"applied"), -1) + 1,
+            tuple(int(n) for n in nodes),
+            records,
             as_int(meta.get(b"rg"), 0),
             as_int(meta.get(b"cg"), 0),
         )
+        return SurfaceFold.from_snapshot(snapshot)
 
-    def applied(self, state: SurfaceState) -> int:
-        return state.applied
+    def applied(self, state: SurfaceFold) -> int:
+        return state.next_seq - 1
 
-    def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
+    def plan(self, state: SurfaceFold, ev: Event) -> list[Op]:
         surface = state.surface
         before = (surface.replace_generation, surface.content_generation)
-        change = step(state, ev, self.interpreters)
+        change = advance(state, ev, self.interpreters)
         ops: list[Op] = []
         for node in change.shadowed:
             ops += ["D", MESSAGES, node]
         added = () if change.added is None else (change.added,)
         for node in (*added, *change.rewritten):
-            ops += ["H", MESSAGES, node, dumps(node_record(state.nodes[node]))]
+            ops += ["H", MESSAGES, node, dumps(node_record(state.node(node)))]
         ops += NodesProjection.node_ops(change, NODES)
         if before != (surface.replace_generation, surface.content_generation):
             ops += ["H", META, "rg", surface.replace_generation]

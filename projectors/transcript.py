@@ -13,9 +13,9 @@ Keys of session ``S``: ``<prefix>:{S}:transcript:meta`` (applied, blocked),
 from __future__ import annotations
 
 from dsh.event import Event
+from dsh.fold import SurfaceFold
 from dsh.session import is_append_surface_event
 from projectors.projection import NodesProjection, Op, dumps, wire_of
-from projectors.surface_model import SurfaceState, step
 
 STREAM, NODES = 2, 3
 PROGRESS_TYPES = frozenset({"tool/call", "assistant/attempt", "turn/start", "turn/end"})
@@ -40,8 +40,8 @@ class TranscriptProjection(NodesProjection):
     def data_keys(self, session_id: str) -> list[str]:
         return [self.keys.session(session_id, "transcript"), self.nodes_key(session_id)]
 
-    def plan(self, state: SurfaceState, ev: Event) -> list[Op]:
-        change = step(state, ev, {}, full_checks=False)
+    def plan(self, state: SurfaceFold, ev: Event) -> list[Op]:
+        change = self.advance(state, ev)
         kind = kind_of(ev)
         ops: list[Op] = []
         if kind is not None:

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 import dsh
 from dsh.errors import InvariantError, SessionError
+from dsh.fold import SurfaceFold
 from projectors.audit import AuditProjection
 from projectors.keys import Keys
-from projectors.projection import Projection
+from projectors.projection import Projection, advance
 from projectors.surface import SurfaceProjection
-from projectors.surface_model import SurfaceState, step
 from projectors.transcript import TranscriptProjection
 
 from .test_core_properties import PROJECTIONS, operations, resolve
@@ -133,7 +133,7 @@ def test_the_surface_step_matches_the_core_and_resumes_from_its_redis_state(
 def test_the_surface_step_refuses_what_the_core_refuses(ops: list[tuple[Any, ...]]) -> None:
     s = dsh.Session.create("p", clock=lambda: 1, invariants=False)
     s.register_message_projection("image/offload", PROJECTIONS["image/offload"])
-    state = SurfaceState()
+    state = SurfaceFold()
     for op in ops:
         type_, data, surface, cites, *rest = resolve(s, op)
         ignorable = bool(rest and rest[0])
@@ -148,11 +148,11 @@ def test_the_surface_step_refuses_what_the_core_refuses(ops: list[tuple[Any, ...
                 rejected = dsh.Event.from_json(wire)
             except (SessionError, TypeError, ValueError):
                 continue  # not even a well-formed event: the codec or envelope refuses it
-            before = (state.surface.nodes, state.applied)
+            before = (state.surface.nodes, state.next_seq)
             try:
-                step(state, rejected, PROJECTIONS)
+                advance(state, rejected, PROJECTIONS)
             except SessionError:
-                assert (state.surface.nodes, state.applied) == before
+                assert (state.surface.nodes, state.next_seq) == before
                 continue
             raise AssertionError(f"the core refused {wire} but the projector applied it") from None
-        step(state, ev, PROJECTIONS)
+        advance(state, ev, PROJECTIONS)
