@@ -3,21 +3,7 @@
 ``Runner.run(agent, input, session=DshAgentsSession(session_id, client))`` keeps the
 conversation in ``dsh.session.events``, validated by the writer like any other append, so
 every projection (surface, transcript, audit), ``dsh verify`` and compaction apply to it.
-
-Mapping (SDK input items ↔ the contract's vocabulary), one item per event so items round-trip:
-
-- ``{"role": "user", ...}`` → ``user/message`` (``input_text`` ↔ text blocks, ``input_image``
-  with a ``data:`` URL ↔ image blocks). A user message after model output ends the open turn
-  (``step/end``, ``turn/end {completed}``) and starts the next (``turn/start``).
-- ``{"role": "system" | "developer", ...}`` → ``system/message`` (plugin source
-  ``openai-agents`` / ``openai-agents:developer``, so the role comes back).
-- assistant ``message`` → ``assistant/message`` (``output_text`` and ``refusal`` ↔ text);
-  ``function_call`` → ``assistant/message`` with one ``tool-call`` block plus the log-only
-  ``tool/call``; ``function_call_output`` → ``tool/result`` citing that ``tool/call``;
-  ``reasoning`` → ``assistant/message`` with reasoning blocks (its summary text). Model output
-  after tool results starts a new step (a new model response).
-- Anything else (hosted tool calls, file inputs, URL images, …) is refused with
-  ``UNSUPPORTED_ITEM``: model-visible means logged, and there is no faithful event for it.
+Each SDK input item is one event (the mapping: ``producers.agents_items``).
 
 ``get_items`` returns the *surface* — what the model sees next — so a compaction appended by
 any service replaces the history the SDK sends; reasoning items are not returned (the SDK
@@ -49,8 +35,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, cast
 
 import dsh
-from dsh.errors import ValidationError, register_error
 from dsh.projections import Interpreter
+from producers.agents_items import PLUGIN, Planner, UnsupportedItemError, message_items, message_of
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -58,15 +44,7 @@ if TYPE_CHECKING:
 
     from producers.client import SessionClient
 
-PLUGIN = "openai-agents"
-_SDK_ID_PREFIXES = ("msg_", "fc_", "rs_")  # ids the Responses API gave; ours are dropped
-
-
-@register_error
-class UnsupportedItemError(ValidationError):
-    """An SDK item the vocabulary cannot hold faithfully; nothing was appended."""
-
-    default_code = "UNSUPPORTED_ITEM"
+__all__ = ["DshAgentsSession", "UnsupportedItemError"]
 
 
 class DshAgentsSession:
@@ -108,7 +86,7 @@ class DshAgentsSession:
         if not items:
             return
         async with self._lock:
-            plan = _Planner(await self._session(), self.source)
+            plan = Planner(await self._session(), self.source)
             try:
                 for item in items:
                     plan.item(cast(Mapping[str, Any], item))
@@ -117,19 +95,19 @@ class DshAgentsSession:
                 # next use). Nothing was sent: the batch is all-or-nothing.
                 self._local = None
                 raise
-            await self._send(plan.futures(self))
+            await self._send(self._futures(plan))
 
     async def pop_item(self) -> TResponseInputItem | None:
         async with self._lock:
             local = await self._session()
             for seq in reversed(local.surface.nodes):
-                message = _message_of(local, seq)
+                message = message_of(local, seq)
                 popped = message_items(message) if message is not None else []
                 if popped:
                     break
             else:
                 return None
-            plan = _Planner(local, self.source)
+            plan = Planner(local, self.source)
             plan.open_step()
             plan.append(
                 "system/message",
@@ -137,7 +115,7 @@ class DshAgentsSession:
                 dsh.Replace(seq, seq),
                 [seq],
             )
-            await self._send(plan.futures(self))
+            await self._send(self._futures(plan))
         return cast("TResponseInputItem", popped[-1])
 
     async def clear_session(self) -> None:
@@ -146,7 +124,7 @@ class DshAgentsSession:
             nodes = list(local.surface.nodes)
             if not local.derive_messages():
                 return  # the model already sees nothing
-            plan = _Planner(local, self.source)
+            plan = Planner(local, self.source)
             plan.open_step()
             plan.append("compaction/start", {"reason": "clear_session", "plugin": PLUGIN})
             ranges = [nodes]
@@ -160,7 +138,7 @@ class DshAgentsSession:
                     hidden,
                 )
             plan.append("compaction/end", {"reason": "clear_session", "replaced": len(nodes)})
-            await self._send(plan.futures(self))
+            await self._send(self._futures(plan))
 
     # -- the local copy -------------------------------------------------------------------
 
@@ -187,322 +165,16 @@ class DshAgentsSession:
             self._local = None
             raise
 
-
-class _Planner:
-    """Turns items into appends: each is validated by the local copy first (which gives its
-    seq), then sent pipelined with that ``expected_seq``."""
-
-    def __init__(self, local: dsh.Session, source: Mapping[str, str]) -> None:
-        self.local = local
-        self.source = dict(source)
-        self.drafts: list[tuple[str, Any, Any, Any, int]] = []
-        turn, step, calls, has_output, has_results = _position(local)
-        self.turn, self.step, self.calls = turn, step, calls
-        self.has_output, self.has_results = has_output, has_results
-
-    def append(self, type_: str, data: Any, op: Any = None, sources: Any = None) -> dsh.Event:
-        ev = self.local.append(type_, data, surface_op=op, source_event_seqs=sources)
-        self.drafts.append((type_, data, op, sources, ev.seq))
-        if type_ == "turn/start":
-            self.turn, self.step, self.has_output = data["turn"], 0, False
-        elif type_ == "turn/end":
-            self.turn, self.step = 0, 0
-        elif type_ == "step/start":
-            self.step, self.calls, self.has_results = data["step"], {}, False
-        elif type_ == "step/end":
-            self.step = 0
-        return ev
-
-    def futures(self, session: DshAgentsSession) -> list[Future[Any]]:
+    def _futures(self, plan: Planner) -> list[Future[Any]]:
         return [
-            session.client.append_async(
-                session.session_id,
+            self.client.append_async(
+                self.session_id,
                 type_,
                 data,
                 surface_op=op,
                 source_event_seqs=sources,
                 expected_seq=seq,
-                timeout=session.timeout_s,
+                timeout=self.timeout_s,
             )
-            for type_, data, op, sources, seq in self.drafts
+            for type_, data, op, sources, seq in plan.drafts
         ]
-
-    # -- turn and step structure ----------------------------------------------------------
-
-    def open_turn(self) -> None:
-        if not self.turn:
-            self.append("turn/start", {"turn": _last_turn(self.local) + 1})
-
-    def open_step(self) -> None:
-        self.open_turn()
-        if not self.step:
-            self.append("step/start", {"turn": self.turn, "step": _last_step(self.local) + 1})
-
-    def close_turn(self) -> None:
-        if self.step:
-            self.append("step/end", {"turn": self.turn, "step": self.step})
-        if self.turn:
-            self.append("turn/end", {"turn": self.turn, "reason": {"kind": "completed"}})
-
-    def model_step(self) -> None:
-        """Model output goes in a step; output after tool results is the next response."""
-        if self.step and self.has_results:
-            self.append("step/end", {"turn": self.turn, "step": self.step})
-        self.open_step()
-        self.has_output = True
-
-    def system_data(self, message_id: str, content: list[Any], plugin: str = PLUGIN) -> Any:
-        message = {
-            "id": message_id,
-            "role": "system",
-            "content": content,
-            "source": {"kind": "plugin", "plugin": plugin},
-        }
-        return {"turn": self.turn, "step": self.step, "message": message}
-
-    # -- one item -------------------------------------------------------------------------
-
-    def item(self, item: Mapping[str, Any]) -> None:
-        kind = item.get("type", "message")
-        role = item.get("role")
-        next_id = f"dsh-{len(self.local)}"
-        if kind == "message" and role == "user":
-            if self.has_output:
-                self.close_turn()
-            self.open_turn()
-            content = _input_content(item.get("content"))
-            message = {
-                "id": next_id,
-                "role": "user",
-                "content": content,
-                "source": {"kind": "user"},
-            }
-            self.append("user/message", message, "append")
-        elif kind == "message" and role in ("system", "developer"):
-            self.open_step()
-            plugin = PLUGIN if role == "system" else f"{PLUGIN}:developer"
-            content = _input_content(item.get("content"))
-            self.append("system/message", self.system_data(next_id, content, plugin), "append")
-        elif kind == "message" and role == "assistant":
-            self.model_step()
-            content = _output_content(item.get("content"))
-            self._assistant(item.get("id") or next_id, content)
-        elif kind == "function_call":
-            self.model_step()
-            call_id, name, arguments = item["call_id"], item["name"], item.get("arguments", "")
-            block = {"type": "tool-call", "id": call_id, "name": name, "arguments": arguments}
-            self._assistant(item.get("id") or next_id, [block])
-            call = self.append(
-                "tool/call",
-                {
-                    "turn": self.turn,
-                    "step": self.step,
-                    "callId": call_id,
-                    "name": name,
-                    "arguments": arguments,
-                },
-            )
-            self.calls[call_id] = call.seq
-        elif kind == "function_call_output":
-            call_id = item["call_id"]
-            if call_id not in self.calls:
-                raise UnsupportedItemError(
-                    f"function_call_output for call {call_id!r}, which no function_call of the "
-                    "open step requested"
-                )
-            output = item.get("output", "")
-            content = [_text(output)] if isinstance(output, str) else _input_content(output)
-            block = {"type": "tool-result", "toolCallId": call_id, "content": content}
-            message = {
-                "id": f"dsh-r-{len(self.local)}",
-                "role": "user",
-                "content": [{**block, "isError": False}],
-                "source": {"kind": "tool", "callId": call_id},
-            }
-            data = {"turn": self.turn, "step": self.step, "message": message}
-            self.append("tool/result", data, "append", [self.calls[call_id]])
-            self.has_results = True
-        elif kind == "reasoning":
-            self.model_step()
-            summary = [s.get("text", "") for s in item.get("summary") or ()]
-            blocks = [{"type": "reasoning", "text": t} for t in summary]
-            self._assistant(item.get("id") or next_id, blocks)
-        else:
-            raise UnsupportedItemError(
-                f"item type {kind!r} (role {role!r}) has no faithful event in the vocabulary"
-            )
-
-    def _assistant(self, message_id: str, content: list[Any]) -> None:
-        message = {"id": message_id, "role": "assistant", "content": content, "source": self.source}
-        data = {"turn": self.turn, "step": self.step, "message": message, "stream": []}
-        self.append("assistant/message", data, "append")
-
-
-# -- the session's position (what the next item continues) ------------------------------------
-
-
-def _position(s: dsh.Session) -> tuple[int, int, dict[str, int], bool, bool]:
-    """Open turn and step (0: none), the open step's tool calls (call id → tool/call seq),
-    whether the open turn has model output and the open step tool results."""
-    turn = step = 0
-    calls: dict[str, int] = {}
-    has_output = has_results = False
-    for ev in s.events():
-        t = ev.type
-        if t == "turn/start":
-            turn, step, has_output = ev.data["turn"], 0, False
-        elif t == "turn/end":
-            turn = step = 0
-        elif t == "step/start":
-            step, calls, has_results = ev.data["step"], {}, False
-        elif t == "step/end":
-            step = 0
-        elif t == "tool/call":
-            calls[ev.data["callId"]] = ev.seq
-        elif t == "assistant/message":
-            has_output = True
-        elif t == "tool/result" and ev.surface_op == "append":
-            has_results = True
-    return turn, step, calls, has_output, has_results
-
-
-def _last_turn(s: dsh.Session) -> int:
-    return max((int(e.data["turn"]) for e in s.events() if e.type == "turn/start"), default=0)
-
-
-def _last_step(s: dsh.Session) -> int:
-    """The last step number of the last turn (0 before its first step)."""
-    step = 0
-    for e in s.events():
-        if e.type == "turn/start":
-            step = 0
-        elif e.type == "step/start":
-            step = int(e.data["step"])
-    return step
-
-
-def _message_of(s: dsh.Session, seq: int) -> Any:
-    for message, node in zip(_messages_by_node(s), s.surface.nodes, strict=False):
-        if node == seq:
-            return message
-    return None
-
-
-def _messages_by_node(s: dsh.Session) -> list[Any]:
-    """One entry per surface node (None where the node projects to no message)."""
-    messages = iter(s.derive_messages())
-    out: list[Any] = []
-    for seq in s.surface.nodes:
-        ev = s.event(seq)
-        data = ev.data
-        raw = data if ev.type == "user/message" else data.get("message")
-        empty = ev.type in ("system/message", "assistant/message") and not raw["content"]
-        out.append(None if empty else next(messages))
-    return out
-
-
-# -- content and items ------------------------------------------------------------------------
-
-
-def _text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def _input_content(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [_text(content)]
-    out = []
-    for part in content or ():
-        kind = part.get("type")
-        if kind in ("input_text", "output_text", "text"):
-            out.append(_text(part.get("text", "")))
-        elif kind == "input_image" and str(part.get("image_url", "")).startswith("data:"):
-            header, _, data = part["image_url"].partition(",")
-            media_type = header[len("data:") :].split(";", 1)[0]
-            out.append({"type": "image", "mediaType": media_type, "data": data})
-        else:
-            raise UnsupportedItemError(f"content part {kind!r} has no block in the vocabulary")
-    return out
-
-
-def _output_content(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [_text(content)]
-    out = []
-    for part in content or ():
-        kind = part.get("type")
-        if kind in ("output_text", "input_text", "text"):
-            out.append(_text(part.get("text", "")))
-        elif kind == "refusal":
-            out.append(_text(part.get("refusal", "")))
-        else:
-            raise UnsupportedItemError(f"content part {kind!r} has no block in the vocabulary")
-    return out
-
-
-def _input_parts(blocks: Sequence[Any]) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    for b in blocks:
-        if b["type"] == "text":
-            parts.append({"type": "input_text", "text": b["text"]})
-        elif b["type"] == "image":
-            url = f"data:{b['mediaType']};base64,{b['data']}"
-            parts.append({"type": "input_image", "image_url": url, "detail": "auto"})
-    return parts
-
-
-def message_items(message: Any) -> list[dict[str, Any]]:
-    """A surface message as the SDK's input items (what the model is sent next)."""
-    role, content, source = message["role"], message["content"], message["source"]
-    if role == "system":
-        plugin = source.get("plugin", "")
-        sdk_role = "developer" if plugin == f"{PLUGIN}:developer" else "system"
-        text = "\n".join(b["text"] for b in content if b["type"] == "text")
-        return [{"role": sdk_role, "content": text}] if text else []
-    if role == "user":
-        results = [b for b in content if b["type"] == "tool-result"]
-        if results:
-            out = []
-            for r in results:
-                inner = r["content"]
-                output: Any = (
-                    inner[0]["text"]
-                    if len(inner) == 1 and inner[0]["type"] == "text"
-                    else _input_parts(inner)
-                )
-                out.append(
-                    {"type": "function_call_output", "call_id": r["toolCallId"], "output": output}
-                )
-            return out
-        return [{"role": "user", "content": _input_parts(content)}]
-    # assistant: text in one output message, each tool call its own item; reasoning is not
-    # sent back (see the module docstring).
-    items: list[dict[str, Any]] = []
-    texts = [b["text"] for b in content if b["type"] == "text"]
-    sdk_id = message["id"] if str(message["id"]).startswith(_SDK_ID_PREFIXES) else None
-    if texts:
-        parts = [{"type": "output_text", "text": t, "annotations": []} for t in texts]
-        if sdk_id is not None and sdk_id.startswith("msg_"):
-            items.append(
-                {
-                    "type": "message",
-                    "id": sdk_id,
-                    "role": "assistant",
-                    "status": "completed",
-                    "content": parts,
-                }
-            )
-        else:
-            items.append({"role": "assistant", "content": "".join(texts)})
-    for b in content:
-        if b["type"] == "tool-call":
-            item = {
-                "type": "function_call",
-                "call_id": b["id"],
-                "name": b["name"],
-                "arguments": b["arguments"],
-            }
-            if sdk_id is not None and sdk_id.startswith("fc_"):
-                item["id"] = sdk_id
-            items.append(item)
-    return items

@@ -4,51 +4,43 @@ Commands go to the commands topic keyed by session id (Kafka's default partition
 writer owning that partition gets them in submission order). Each reply comes back on this
 client's partition of the replies topic, inside the writer's transaction, so a future resolves
 only with events that are committed. One background thread serves delivery reports, replies
-and timeouts.
+and timeouts (``producers.client_inflight``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException
 from pydantic import SecretStr
 
 import dsh
 from dsh.errors import SessionError
 from dsh.projections import Interpreter
-from producers import client_metrics as metrics
-from producers.errors import AppendTimeoutError, PayloadTooLargeError, WriterUnavailableError
+from producers.client_inflight import InFlight
+from producers.errors import PayloadTooLargeError, WriterUnavailableError
 from producers.session_reader import read_session
 from producers.tenancy import tenant_headers
 from schemas import (
     APPEND_COMMAND,
     HEADER_REQUEST,
     AppendCommand,
-    decode_reply,
     draft,
     encode_command,
-    header,
     record_headers,
 )
 from servicekit import kafka_clients
 from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
-from servicekit.partition_reader import high_watermark
 from servicekit.partitioning import partition_for
 from servicekit.settings import ConfigError, KafkaSettings
 from servicekit.topics import partition_counts
-
-log = logging.getLogger("dsh.client")
 
 # The broker refuses records above ~1 MB by default (key and headers included, hence the
 # margin); the writer's own lower limits come back as typed rejections, this one is what
@@ -65,15 +57,6 @@ Draft = Mapping[str, Any]
 def command_headers(request_id: str) -> list[tuple[str, str | bytes | None]]:
     """The headers of an append command's record (a tenant's credential comes on top)."""
     return [*record_headers(APPEND_COMMAND), (HEADER_REQUEST, request_id.encode())]
-
-
-@dataclass
-class _Pending:
-    future: Future[Any]
-    session_id: str
-    sent_at: float
-    deadline: float
-    single: bool
 
 
 class SessionClient:
@@ -126,15 +109,12 @@ class SessionClient:
             settings, [self._commands, self._events, replies], appear_s=_TOPICS_APPEAR_S
         )
         self._event_partitions = counts[self._events]
-        self._key = self.client_id.encode()
         # Request ids only need to be unique per session: a random prefix per client and a
         # counter, instead of a uuid4 (an urandom call) per append.
         self._request_prefix = f"{uuid.uuid4().hex[:16]}-"
         self._request_numbers = itertools.count()
-        self._pending: dict[str, _Pending] = {}
-        self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._refused: KafkaAuthenticationError | KafkaTlsError | None = None
+        self._inflight = InFlight(self.client_id, self._closed)
         self._producer = kafka_clients.producer(
             settings,
             **{
@@ -143,24 +123,11 @@ class SessionClient:
                 # Success is learnt from the writer's reply; a report per record would only
                 # cost a Python callback each.
                 "delivery.report.only.error": True,
-                "on_delivery": self._undelivered,
+                "on_delivery": self._inflight.undelivered,
             },
         )
-        self._replies = kafka_clients.tail_reader(settings)
-        tp = TopicPartition(replies, partition_for(self.client_id, counts[replies]))
-        try:
-            # Start at the current end: every reply for this (new) client id comes later.
-            end = high_watermark(self._replies, replies, tp.partition)
-            self._replies.assign([TopicPartition(replies, tp.partition, end)])
-        except BaseException:
-            # The error's traceback holds this half-built client: without a close its
-            # consumer would live on in it, fetching and logging.
-            self._replies.close()
-            raise
-        self._thread = threading.Thread(
-            target=self._serve, name=f"dsh-client-{self.client_id}", daemon=True
-        )
-        self._thread.start()
+        self._inflight.listen(settings, replies, partition_for(self.client_id, counts[replies]))
+        self._inflight.start(self._producer)
 
     # -- appends --------------------------------------------------------------------------
 
@@ -266,8 +233,9 @@ class SessionClient:
         if self._closed.is_set():
             future.set_exception(WriterUnavailableError("the client is closed"))
             return future
-        if self._refused is not None:
-            future.set_exception(self._refused)
+        refused = self._inflight.refused
+        if refused is not None:
+            future.set_exception(refused)
             return future
         rid = request_id or f"{self._request_prefix}{next(self._request_numbers)}"
         try:
@@ -286,14 +254,9 @@ class SessionClient:
                 )
             )
             return future
-        now = time.monotonic()
-        with self._lock:
-            pending = self._pending.get(rid)
-            if pending is not None:
-                return pending.future  # the same request is already on its way
-            self._pending[rid] = _Pending(
-                future, session_id, now, now + (timeout or self.timeout), single
-            )
+        earlier = self._inflight.add(rid, future, session_id, timeout or self.timeout, single)
+        if earlier is not None:
+            return earlier  # the same request is already on its way
         headers = command_headers(rid)
         if self._tenant is not None:
             headers += tenant_headers(*self._tenant, value)
@@ -310,97 +273,11 @@ class SessionClient:
             except BufferError:
                 self._producer.poll(0.01)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
-                with self._lock:
-                    self._pending.pop(rid, None)
+                self._inflight.discard(rid)
                 future.set_exception(
                     WriterUnavailableError(f"request {rid!r} not sent: {exc.args[0].str()}")
                 )
                 return future
-
-    def _undelivered(self, err: KafkaError | None, msg: Message) -> None:
-        """Delivery reports come for failures only (``delivery.report.only.error``)."""
-        if err is None:
-            return
-        request_id = header(msg.headers(), HEADER_REQUEST) or ""
-        with self._lock:
-            pending = self._pending.pop(request_id, None)
-        if pending is not None:
-            pending.future.set_exception(
-                WriterUnavailableError(f"request {request_id!r} not sent: {err.str()}")
-            )
-
-    # -- replies --------------------------------------------------------------------------
-
-    def _serve(self) -> None:
-        next_expiry_check = 0.0
-        while not self._closed.is_set():
-            try:
-                self._producer.poll(0)
-                first = self._replies.poll(0.02)
-                if first is not None:
-                    for m in [first, *self._replies.consume(1000, 0)]:
-                        self._on_reply(m)
-            except (KafkaAuthenticationError, KafkaTlsError) as exc:
-                # The login was refused (e.g. the credentials were revoked) or the broker's
-                # certificate no longer verifies: no reply will come, so every append waiting
-                # and every later one fails with it now.
-                self._refused = exc
-                self._fail_pending(exc)
-            except Exception:
-                # This thread resolves every future: it must outlive any one bad reply.
-                log.exception("serving replies")
-            now = time.monotonic()
-            if now >= next_expiry_check:
-                self._expire(now)
-                next_expiry_check = now + 0.05
-
-    def _on_reply(self, m: Message) -> None:
-        err = m.error()
-        if err is not None:
-            if err.code() != KafkaError._PARTITION_EOF:
-                log.warning("replies consumer: %s", err)
-            return
-        if m.key() != self._key:
-            return  # another client sharing this replies partition
-        try:
-            reply = decode_reply(m.value() or b"")
-        except SessionError as exc:
-            log.warning("undecodable reply at offset %s: %s", m.offset(), exc)
-            return
-        with self._lock:
-            pending = self._pending.pop(reply.request_id, None)
-        if pending is None:
-            return  # a duplicate answer to a retried request, already resolved
-        elapsed = time.monotonic() - pending.sent_at
-        error = reply.exception()
-        if error is not None:
-            metrics.round_trip("rejected").observe(elapsed)
-            pending.future.set_exception(error)
-            return
-        metrics.round_trip("committed").observe(elapsed)
-        events = [r.to_event() for r in reply.events or ()]
-        pending.future.set_result(events[0] if pending.single else events)
-
-    def _fail_pending(self, error: Exception) -> None:
-        with self._lock:
-            pending = list(self._pending.values())
-            self._pending.clear()
-        for p in pending:
-            p.future.set_exception(error)
-
-    def _expire(self, now: float) -> None:
-        with self._lock:
-            expired = [rid for rid, p in self._pending.items() if p.deadline <= now]
-            gone = [(rid, self._pending.pop(rid)) for rid in expired]
-        for rid, pending in gone:
-            metrics.round_trip("timeout").observe(now - pending.sent_at)
-            pending.future.set_exception(
-                AppendTimeoutError(
-                    f"request {rid!r} to session {pending.session_id!r}: no reply in "
-                    f"{now - pending.sent_at:.1f}s; retrying with the same request_id is safe",
-                    request_id=rid,
-                )
-            )
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -427,21 +304,14 @@ class SessionClient:
         if self._closed.is_set():
             return
         self._closed.set()
-        self._thread.join()
+        self._inflight.join()
         # Refused: nothing queued can go out, and the appends have that error already.
         with contextlib.suppress(KafkaAuthenticationError, KafkaTlsError):
             self._producer.flush(10)
         # Now, not whenever the collector gets to this client: until then its threads would
         # go on connecting to the brokers.
         self._producer.close()
-        self._replies.close()
-        with self._lock:
-            pending = list(self._pending.items())
-            self._pending.clear()
-        for rid, p in pending:
-            p.future.set_exception(
-                WriterUnavailableError(f"request {rid!r}: the client closed before its reply")
-            )
+        self._inflight.close()
 
     def __enter__(self) -> SessionClient:
         return self

@@ -1,0 +1,192 @@
+"""The appends a ``SessionClient`` has sent and not yet had answered, and the one background
+thread that answers them.
+
+Each append waits here under its request id until the first of: the writer's reply (read from
+this client's partition of the replies topic), a failed delivery report, its deadline, a
+refused login or certificate, or the client's close.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from dsh.errors import SessionError
+from producers import client_metrics as metrics
+from producers.errors import AppendTimeoutError, WriterUnavailableError
+from schemas import HEADER_REQUEST, decode_reply, header
+from servicekit import kafka_clients
+from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
+from servicekit.partition_reader import high_watermark
+from servicekit.settings import KafkaSettings
+
+# The client's logger: these lines are the client's.
+log = logging.getLogger("dsh.client")
+
+
+@dataclass
+class _Pending:
+    future: Future[Any]
+    session_id: str
+    sent_at: float
+    deadline: float
+    single: bool
+
+
+class InFlight:
+    """Serves until ``closed`` is set; :meth:`close` then fails what is still waiting."""
+
+    # Built after the producer, whose delivery reports come to :meth:`undelivered`.
+    _replies: Consumer
+    _thread: threading.Thread
+
+    def __init__(self, client_id: str, closed: threading.Event) -> None:
+        self._client_id = client_id
+        self._key = client_id.encode()
+        self._closed = closed
+        self._pending: dict[str, _Pending] = {}
+        self._lock = threading.Lock()
+        # Set by the serving thread: every append from then on fails with it.
+        self.refused: KafkaAuthenticationError | KafkaTlsError | None = None
+
+    def listen(self, settings: KafkaSettings, replies: str, partition: int) -> None:
+        """Read this client's replies partition from its current end: every reply for this
+        (new) client id comes later."""
+        self._replies = kafka_clients.tail_reader(settings)
+        try:
+            end = high_watermark(self._replies, replies, partition)
+            self._replies.assign([TopicPartition(replies, partition, end)])
+        except BaseException:
+            # The error's traceback holds this half-built client: without a close its
+            # consumer would live on in it, fetching and logging.
+            self._replies.close()
+            raise
+
+    def start(self, producer: Producer) -> None:
+        """Serve ``producer``'s delivery reports, the replies and the deadlines."""
+        self._thread = threading.Thread(
+            target=self._serve, args=(producer,), name=f"dsh-client-{self._client_id}", daemon=True
+        )
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def close(self) -> None:
+        """After :meth:`join`: stop reading replies and fail every append still waiting."""
+        self._replies.close()
+        for rid, p in self._take_all():
+            p.future.set_exception(
+                WriterUnavailableError(f"request {rid!r}: the client closed before its reply")
+            )
+
+    # -- requests -------------------------------------------------------------------------
+
+    def add(
+        self, rid: str, future: Future[Any], session_id: str, timeout: float, single: bool
+    ) -> Future[Any] | None:
+        """Wait for ``rid``'s reply; the earlier future if the same request is already on its
+        way (then ``future`` is not used)."""
+        now = time.monotonic()
+        with self._lock:
+            pending = self._pending.get(rid)
+            if pending is not None:
+                return pending.future
+            self._pending[rid] = _Pending(future, session_id, now, now + timeout, single)
+        return None
+
+    def discard(self, rid: str) -> None:
+        """``rid`` was not sent: its caller resolves it."""
+        with self._lock:
+            self._pending.pop(rid, None)
+
+    def undelivered(self, err: KafkaError | None, msg: Message) -> None:
+        """Delivery reports come for failures only (``delivery.report.only.error``)."""
+        if err is None:
+            return
+        request_id = header(msg.headers(), HEADER_REQUEST) or ""
+        with self._lock:
+            pending = self._pending.pop(request_id, None)
+        if pending is not None:
+            pending.future.set_exception(
+                WriterUnavailableError(f"request {request_id!r} not sent: {err.str()}")
+            )
+
+    # -- the serving thread ---------------------------------------------------------------
+
+    def _serve(self, producer: Producer) -> None:
+        next_expiry_check = 0.0
+        while not self._closed.is_set():
+            try:
+                producer.poll(0)
+                first = self._replies.poll(0.02)
+                if first is not None:
+                    for m in [first, *self._replies.consume(1000, 0)]:
+                        self._on_reply(m)
+            except (KafkaAuthenticationError, KafkaTlsError) as exc:
+                # The login was refused (e.g. the credentials were revoked) or the broker's
+                # certificate no longer verifies: no reply will come, so every append waiting
+                # and every later one fails with it now.
+                self.refused = exc
+                for _rid, p in self._take_all():
+                    p.future.set_exception(exc)
+            except Exception:
+                # This thread resolves every future: it must outlive any one bad reply.
+                log.exception("serving replies")
+            now = time.monotonic()
+            if now >= next_expiry_check:
+                self._expire(now)
+                next_expiry_check = now + 0.05
+
+    def _on_reply(self, m: Message) -> None:
+        err = m.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("replies consumer: %s", err)
+            return
+        if m.key() != self._key:
+            return  # another client sharing this replies partition
+        try:
+            reply = decode_reply(m.value() or b"")
+        except SessionError as exc:
+            log.warning("undecodable reply at offset %s: %s", m.offset(), exc)
+            return
+        with self._lock:
+            pending = self._pending.pop(reply.request_id, None)
+        if pending is None:
+            return  # a duplicate answer to a retried request, already resolved
+        elapsed = time.monotonic() - pending.sent_at
+        error = reply.exception()
+        if error is not None:
+            metrics.round_trip("rejected").observe(elapsed)
+            pending.future.set_exception(error)
+            return
+        metrics.round_trip("committed").observe(elapsed)
+        events = [r.to_event() for r in reply.events or ()]
+        pending.future.set_result(events[0] if pending.single else events)
+
+    def _take_all(self) -> list[tuple[str, _Pending]]:
+        with self._lock:
+            pending = list(self._pending.items())
+            self._pending.clear()
+        return pending
+
+    def _expire(self, now: float) -> None:
+        with self._lock:
+            expired = [rid for rid, p in self._pending.items() if p.deadline <= now]
+            gone = [(rid, self._pending.pop(rid)) for rid in expired]
+        for rid, pending in gone:
+            metrics.round_trip("timeout").observe(now - pending.sent_at)
+            pending.future.set_exception(
+                AppendTimeoutError(
+                    f"request {rid!r} to session {pending.session_id!r}: no reply in "
+                    f"{now - pending.sent_at:.1f}s; retrying with the same request_id is safe",
+                    request_id=rid,
+                )
+            )
