@@ -1,17 +1,6 @@
-"""``dsh export DIR``: the events topic as Avro object container files, for analytics engines.
-
-Layout: ``DIR/date=YYYY-MM-DD/part-<partition>-<firstOffset>-<lastOffset>.avro`` (the UTC date of
-the events' ``time``), each file a container with the ``dsh.v1.SessionEvent`` schema embedded,
-so any Avro reader needs nothing else. ``DIR/_offsets.json`` is the checkpoint: per partition,
-the next offset to export. Engines that skip ``_``/``.`` names (Spark, Hive, Trino, DuckDB
-globs on ``part-*``) never see it or the temporary files.
-
-Idempotent by offset ranges: a run reads each partition (``read_committed``) from its
-checkpoint to the end as of the start of the run, writes files under temporary names and
-fsyncs them, then commits the checkpoint *with the renames it owes* (``pending``), then renames.
-A crash before the checkpoint commit leaves only temporary files (deleted by the next run,
-which re-exports the same records); a crash after it is rolled forward by the next run. So a
-record is in exactly one visible file once its run finished, and never in two.
+"""One ``dsh export`` run: lock the directory, roll the checkpoint forward, read each partition
+from its checkpoint to the end as of the start of the run, write the files under temporary names,
+commit the checkpoint with the renames it owes, rename.
 
 Records are copied as they are on the topic: a single-object record written with the schema
 embedded in the files is its Avro body after the 10-byte header, byte for byte. A record
@@ -22,25 +11,27 @@ the export (naming its partition and offset) instead of reaching the files.
 
 from __future__ import annotations
 
-import datetime as dt
 import fcntl
 import io
-import json
-import os
-import re
 import time
-import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from dsh.errors import SessionError, register_error
-from dsh.formats.jsonl import fsync_directory, replace_atomically
-from schemas import SESSION_EVENT, EventRecord, decode_event, default_store
+from dsh.errors import SessionError
+from dsh.formats.jsonl import fsync_directory
+from projectors.export.errors import (
+    ExportBusyError,
+    ExportError,
+    ExportManifestError,
+    ExportRecordError,
+)
+from projectors.export.files import PartFile, date_of_day, part_files, remove_temporaries
+from projectors.export.manifest import MANIFEST, Manifest
+from schemas import SESSION_EVENT, decode_event, default_store
 from schemas.codec import HEADER_SIZE
 from schemas.records import default_codec
 from servicekit import kafka_clients
@@ -50,42 +41,11 @@ from servicekit.topics import partition_counts
 
 Progress = Callable[[int, int], None]
 
-MANIFEST = "_offsets.json"
 LOCK = "_lock"
-MANIFEST_FORMAT = 1
 CODECS = ("deflate", "null", "snappy")
-# A container block is compressed as one unit: big enough to compress well, small enough that
-# a reader can split and stream.
-BLOCK_BYTES = 256 * 1024
 # A new file is started past this size (it keeps files easy to move and split).
 FILE_MAX_BYTES = 256 * 1024 * 1024
-_PART = re.compile(r"^part-(\d+)-(\d+)-(\d+)\.avro$")
 _DAY_MS = 86_400_000
-
-
-@register_error
-class ExportError(SessionError):
-    default_code = "EXPORT"
-
-
-@register_error
-class ExportManifestError(ExportError):
-    """``MANIFEST_CORRUPT``, ``MANIFEST_TOPIC`` (another topic's export), ``MANIFEST_AHEAD``
-    (the topic was recreated or is another cluster) or ``MANIFEST_PENDING_LOST``."""
-
-    default_code = "MANIFEST_CORRUPT"
-
-
-@register_error
-class ExportBusyError(ExportError):
-    default_code = "EXPORT_BUSY"
-
-
-@register_error
-class ExportRecordError(ExportError):
-    """A record that does not decode as a SessionEvent; nothing of the run was committed."""
-
-    default_code = "RECORD_UNDECODABLE"
 
 
 @dataclass
@@ -111,182 +71,6 @@ class ExportResult:
             "seconds": round(self.seconds, 3),
             "recordsPerSecond": round(self.records / self.seconds) if self.seconds else 0,
         }
-
-
-# -- the checkpoint -----------------------------------------------------------------------
-
-
-@dataclass
-class Manifest:
-    topic: str
-    offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset to export
-    renames: list[tuple[str, str]] = field(default_factory=list)  # owed: (temporary, final)
-    deletes: list[str] = field(default_factory=list)  # owed: files a full re-export replaced
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": MANIFEST_FORMAT,
-            "topic": self.topic,
-            "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
-            "pending": {"renames": [list(r) for r in self.renames], "deletes": self.deletes},
-            "updatedAt": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        }
-
-    @classmethod
-    def load(cls, directory: Path) -> Manifest | None:
-        path = directory / MANIFEST
-        try:
-            value = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise ExportManifestError(
-                f"{path}: unreadable checkpoint ({exc}); export into a new directory",
-                code="MANIFEST_CORRUPT",
-            ) from None
-        try:
-            if value["format"] != MANIFEST_FORMAT:
-                raise ValueError(f"format {value['format']!r}")
-            pending = value.get("pending", {})
-            return cls(
-                str(value["topic"]),
-                {int(p): int(o) for p, o in value["offsets"].items()},
-                [(str(a), str(b)) for a, b in pending.get("renames", [])],
-                [str(d) for d in pending.get("deletes", [])],
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ExportManifestError(
-                f"{path}: not a dsh export checkpoint ({exc}); export into a new directory",
-                code="MANIFEST_CORRUPT",
-            ) from None
-
-    def save(self, directory: Path) -> None:
-        text = json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n"
-        replace_atomically(directory / MANIFEST, [text.encode()])
-
-    def roll_forward(self, directory: Path) -> None:
-        """Do the renames and deletes the committed checkpoint owes (idempotent), then record
-        that nothing is owed any more."""
-        if not self.renames and not self.deletes:
-            return
-        touched: set[Path] = set()
-        finals = set()
-        for tmp, final in self.renames:
-            src, dst = directory / tmp, directory / final
-            finals.add(final)
-            if src.exists():
-                os.replace(src, dst)
-            elif not dst.exists():
-                raise ExportManifestError(
-                    f"{directory / MANIFEST} owes {final} but neither it nor {tmp} exists; "
-                    "re-export with --from-beginning",
-                    code="MANIFEST_PENDING_LOST",
-                )
-            touched.add(dst.parent)
-        for rel in self.deletes:
-            if rel not in finals:
-                (directory / rel).unlink(missing_ok=True)
-                touched.add((directory / rel).parent)
-        for d in touched:
-            fsync_directory(d)
-        self.renames, self.deletes = [], []
-        self.save(directory)
-
-
-# -- files --------------------------------------------------------------------------------
-
-
-@cache
-def _date_of_day(day: int) -> str:
-    return (dt.date(1970, 1, 1) + dt.timedelta(days=day)).isoformat()
-
-
-class _PartFile:
-    """One container being written under a temporary name; records arrive as Avro bodies."""
-
-    def __init__(self, directory: Path, date: str, partition: int, first: int, codec: str):
-        self.dir = directory / f"date={date}"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.date, self.partition, self.first, self.last = date, partition, first, first
-        self.tmp = self.dir / f".part-{partition}-{first}.avro.tmp"
-        self.fh: IO[bytes] = open(self.tmp, "wb")  # noqa: SIM115 - closed by close()/discard()
-        from fastavro.write import Writer
-
-        self.writer = Writer(self.fh, default_store().current(SESSION_EVENT).schema, codec=codec)
-        self.block = bytearray()
-        self.count = 0
-        self.block_count = 0
-
-    def add(self, offset: int, body: bytes) -> None:
-        self.block += body
-        self.block_count += 1
-        self.count += 1
-        self.last = offset
-        if len(self.block) >= BLOCK_BYTES:
-            self._write_block()
-
-    def _write_block(self) -> None:
-        if self.block_count:
-            # fastavro frames, compresses and syncs the block; the bodies are already Avro.
-            block = types.SimpleNamespace(
-                num_records=self.block_count, bytes_=io.BytesIO(bytes(self.block))
-            )
-            self.writer.write_block(block)
-            self.block = bytearray()
-            self.block_count = 0
-
-    def size(self) -> int:
-        return self.fh.tell() + len(self.block)
-
-    @property
-    def final_name(self) -> str:
-        return f"date={self.date}/part-{self.partition}-{self.first}-{self.last}.avro"
-
-    def close(self) -> int:
-        self._write_block()
-        self.writer.flush()
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        size = self.fh.tell()
-        self.fh.close()
-        return size
-
-    def discard(self) -> None:
-        if not self.fh.closed:
-            self.fh.close()
-        self.tmp.unlink(missing_ok=True)
-
-
-def _part_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.glob("date=*/part-*.avro") if _PART.match(p.name))
-
-
-def _remove_temporaries(directory: Path) -> None:
-    """Temporary files of a run that crashed before its checkpoint: their records are still
-    after the checkpoint and get exported again."""
-    for tmp in directory.glob("date=*/.part-*.avro.tmp"):
-        tmp.unlink(missing_ok=True)
-
-
-@cache
-def _json_of_datum() -> Callable[[Any], Any]:
-    from schemas.convert import compile_codec
-
-    decode: Callable[[Any], Any] = compile_codec(default_store().current(SESSION_EVENT).schema)[1]
-    return decode
-
-
-def read_export(directory: str | Path) -> Iterator[EventRecord]:
-    """Every exported event as an ``EventRecord`` (wire JSON), file by file. Reads with fastavro
-    and the schema embedded in each file, as an analytics engine would."""
-    import fastavro
-
-    to_json = _json_of_datum()
-    for path in _part_files(Path(directory)):
-        with open(path, "rb") as fh:
-            for datum in fastavro.reader(fh, return_record_name=True):
-                wire = dict(to_json(datum))
-                yield EventRecord(wire.pop("sessionId"), wire, wire.pop("formatVersion"))
 
 
 # -- Kafka --------------------------------------------------------------------------------
@@ -361,7 +145,7 @@ def export(
                     code="MANIFEST_TOPIC",
                 )
             manifest.roll_forward(root)
-        _remove_temporaries(root)
+        remove_temporaries(root)
         result = ExportResult(str(root), topic)
         count = partition_counts(kafka, [topic], connect_timeout, quiet=True)[topic]
         consumer = kafka_clients.reader(kafka, topics=(topic,))
@@ -416,8 +200,8 @@ def _run(
             code="MANIFEST_AHEAD",
         )
     total = sum(end - start for start, end in ranges.values())
-    open_files: dict[int, _PartFile] = {}
-    done: list[_PartFile] = []
+    open_files: dict[int, PartFile] = {}
+    done: list[PartFile] = []
     codec_ = default_codec()
     current = default_store().current(SESSION_EVENT).header
     committed_run = False
@@ -444,7 +228,7 @@ def _run(
                     "newer dsh; a corrupt record needs an operator)",
                     code="RECORD_UNDECODABLE",
                 ) from exc
-            date = _date_of_day(int(record.event["time"]) // _DAY_MS)
+            date = date_of_day(int(record.event["time"]) // _DAY_MS)
             part = open_files.get(p)
             if part is not None and (part.date != date or part.size() >= FILE_MAX_BYTES):
                 # One open file per partition: a partition's records are (nearly) in time
@@ -453,7 +237,7 @@ def _run(
                 done.append(part)
                 part = None
             if part is None:
-                part = open_files[p] = _PartFile(root, date, p, offset, codec)
+                part = open_files[p] = PartFile(root, date, p, offset, codec)
             part.add(offset, body)
             result.records += 1
             if progress is not None and result.records % 10_000 == 0:
@@ -468,7 +252,7 @@ def _run(
             topic,
             {p: end for p, (_, end) in ranges.items()},
             [(str(part.tmp.relative_to(root)), part.final_name) for part in done],
-            [str(f.relative_to(root)) for f in _part_files(root)] if from_beginning else [],
+            [str(f.relative_to(root)) for f in part_files(root)] if from_beginning else [],
         )
         if manifest is None or new.offsets != manifest.offsets or new.renames or new.deletes:
             new.save(root)  # the commit point

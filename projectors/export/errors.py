@@ -1,0 +1,30 @@
+"""What ``dsh export`` fails with: one class per cause, each with a stable code."""
+
+from __future__ import annotations
+
+from dsh.errors import SessionError, register_error
+
+
+@register_error
+class ExportError(SessionError):
+    default_code = "EXPORT"
+
+
+@register_error
+class ExportManifestError(ExportError):
+    """``MANIFEST_CORRUPT``, ``MANIFEST_TOPIC`` (another topic's export), ``MANIFEST_AHEAD``
+    (the topic was recreated or is another cluster) or ``MANIFEST_PENDING_LOST``."""
+
+    default_code = "MANIFEST_CORRUPT"
+
+
+@register_error
+class ExportBusyError(ExportError):
+    default_code = "EXPORT_BUSY"
+
+
+@register_error
+class ExportRecordError(ExportError):
+    """A record that does not decode as a SessionEvent; nothing of the run was committed."""
+
+    default_code = "RECORD_UNDECODABLE"
