@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from bench.writer_bench import cpu_seconds
+from bench.stack import cpu_seconds
 
 
 def broker_pid() -> int:

@@ -17,21 +17,20 @@ from __future__ import annotations
 import json
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bench.writer_bench import bench_parser, message, percentile, start_writer
-from deploy.local.processes import free_ports
+from bench.figures import percentile
+from bench.stack import bench_parser, fresh_topics, run_id, start_writer, stop
+from bench.workload import message
 from producers import SessionClient, draft
 from producers.writer.restore import restore_partition
 from servicekit import kafka_clients
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
-from servicekit.topics import ensure_topics
 
 PARTITION = 0
 
@@ -49,9 +48,8 @@ def sessions_in(partition: int, partitions: int, count: int) -> list[str]:
 
 def fill(kafka: KafkaSettings, sessions: list[str], events: int) -> None:
     """``events`` per session through a writer, 10 per command."""
-    (metrics_port,) = free_ports(1)
-    log = Path(f"/tmp/restore-bench-{uuid.uuid4().hex[:6]}.log")
-    writer = start_writer(kafka, f"restore-bench-{uuid.uuid4().hex[:8]}", log, metrics_port, [])
+    log = Path(f"/tmp/restore-bench-{run_id()[:6]}.log")
+    writer = start_writer(kafka, f"restore-bench-{run_id()}", log=log)
     try:
         with SessionClient(settings=kafka, timeout=60) as client:
             futures = []
@@ -65,14 +63,13 @@ def fill(kafka: KafkaSettings, sessions: list[str], events: int) -> None:
             for f in futures:
                 f.result()
     finally:
-        writer.terminate()
-        writer.wait(30)
+        stop(writer)
         log.unlink(missing_ok=True)
 
 
-def raw_read(kafka: KafkaSettings, topic: str, fresh: Consumer | None) -> int:
-    """Every record of the partition through a bare read_committed consumer, to its end."""
-    consumer = fresh or Consumer(
+def raw_consumer(kafka: KafkaSettings) -> Consumer:
+    """A bare read_committed consumer that says where a partition ends."""
+    return Consumer(
         {
             **kafka.client_config(),
             "group.id": "raw-unused",
@@ -82,6 +79,11 @@ def raw_read(kafka: KafkaSettings, topic: str, fresh: Consumer | None) -> int:
             "fetch.wait.max.ms": 10,
         }
     )
+
+
+def raw_read(kafka: KafkaSettings, topic: str, fresh: Consumer | None) -> int:
+    """Every record of the partition through a bare read_committed consumer, to its end."""
+    consumer = fresh or raw_consumer(kafka)
     consumer.list_topics(topic, timeout=10)
     consumer.assign([TopicPartition(topic, PARTITION, 0)])
     n = 0
@@ -125,10 +127,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    kafka = KafkaSettings(
-        bootstrap_servers=args.bootstrap, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.dsh.session"
-    )
-    ensure_topics(kafka, args.partitions)
+    kafka = fresh_topics(args.bootstrap, args.partitions)
     sessions = sessions_in(PARTITION, args.partitions, args.sessions)
     fill(kafka, sessions, args.events)
     events, snapshots = kafka.topic("events"), kafka.topic("snapshots")
@@ -149,16 +148,7 @@ def main() -> int:
 
     warm_reader = kafka_clients.reader(kafka, topics=topics)
     warm_probe = kafka_clients.reader(kafka, "read_uncommitted", topics=topics)
-    warm_raw = Consumer(
-        {
-            **kafka.client_config(),
-            "group.id": "raw-unused",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-        }
-    )
+    warm_raw = raw_consumer(kafka)
     results: dict[str, Any] = {
         "records": raw_read(kafka, events, warm_raw),
         "sessions": args.sessions,

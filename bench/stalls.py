@@ -13,6 +13,7 @@ stall figures are absent, not zero.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import threading
 import time
@@ -151,6 +152,18 @@ def describe(worst: dict[str, Any], slow_ms: float) -> str:
         + f"; dirty at most {stalls.get('dirty MB max', 0.0):.0f} MB, writeback "
         f"{stalls.get('writeback MB max', 0.0):.0f} MB"
     )
+
+
+def settle() -> None:
+    """Starts a latency phase from a synced disk and a frozen heap, so that it measures a
+    steady rate, not what the phases before it left:
+    - their writes (hundreds of MB) are written back now, not 30 s later in the middle of it
+      (io stalls of 35-161 ms/s in the writer's paced phase's slowest second, 3 of 3 runs);
+    - what they left in this process is swept now and frozen, not walked by a gen-2
+      collection in the middle of it (24-40 ms, seen in 2 of 2 runs)."""
+    os.sync()
+    gc.collect()
+    gc.freeze()
 
 
 class ClientGcPauses:

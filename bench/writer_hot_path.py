@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Any
 
-from bench.writer_bench import message
+from bench.workload import message
 from producers import draft
 from producers.writer.commands import CommandHandler, Placement
 from producers.writer.settings import WriterSettings

@@ -1,0 +1,83 @@
+"""The writer benchmark's raw ceiling: a bare transactional confluent-kafka producer on the
+same broker in the same run, doing what the writer does with none of its work."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from functools import partial
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.figures import percentile
+from bench.pacing import paced_latency
+from bench.stack import transactional_producer
+from bench.workload import message
+from dsh import Event
+from schemas import encode_event
+from servicekit.settings import KafkaSettings
+
+
+def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, float]:
+    """A bare transactional producer on the same broker: records/s in 1000-record
+    transactions, and one-record transaction latency at ``rate``/s, without and with the
+    consumed offsets sent to the transaction."""
+    topic, commands = kafka.topic("events"), kafka.topic("commands")
+    producer = transactional_producer(
+        kafka, f"raw-{uuid.uuid4().hex}", {"retry.backoff.ms": 10, "linger.ms": 1}
+    )
+    value = encode_event(Event("user/message", 0, 0, message(0), "append"), "raw-session")
+    keys = [f"raw-{i}".encode() for i in range(64)]
+    n = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        producer.begin_transaction()
+        for k in range(1000):
+            producer.produce(topic, value, keys[k % 64])
+        producer.commit_transaction(30)
+        n += 1000
+    throughput = n / (time.monotonic() - start)
+
+    pool = threading.Lock()  # one transaction at a time: a producer has one open at most
+
+    def one_record(i: int, offsets_of: Consumer | None = None) -> Future[None]:
+        """A one-record transaction; with ``offsets_of``, the writer's extra step too: the
+        consumed offsets sent to the transaction with a group member's metadata
+        (AddOffsetsToTxn + TxnOffsetCommit)."""
+        fut: Future[None] = Future()
+        with pool:
+            producer.begin_transaction()
+            producer.produce(topic, value, keys[i % 64])
+            if offsets_of is not None:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(commands, 0, i + 1)], offsets_of.consumer_group_metadata(), 30
+                )
+            producer.commit_transaction(30)
+        fut.set_result(None)
+        return fut
+
+    lat = paced_latency(one_record, rate, seconds)
+
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([commands])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.1)
+
+    lat_offsets = paced_latency(partial(one_record, offsets_of=consumer), rate, seconds)
+    consumer.close()
+    return {
+        "events_per_s": throughput,
+        "p50_ms": percentile(lat, 0.5),
+        "p99_ms": percentile(lat, 0.99),
+        "offsets_p50_ms": percentile(lat_offsets, 0.5),
+        "offsets_p99_ms": percentile(lat_offsets, 0.99),
+    }
