@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from dsh.errors import ProjectionError, ReentrantAppendError, ValidationError
-from dsh.event import Event, Replace, SurfaceOp, check_type, parse_surface_op
+from dsh.drafts import check_draft
+from dsh.errors import ProjectionError, ReentrantAppendError
+from dsh.event import Event, SurfaceOp, check_type
 from dsh.fold import APPEND, LOG, PROJECTION, Step, SurfaceFold
 from dsh.invariants import TurnState
-from dsh.json_snapshot import freeze
 from dsh.projections import Interpreter, check_registrable
 from dsh.surface import Surface
 from dsh.vocabulary import SURFACE_TYPES
@@ -122,46 +122,9 @@ class Session:
             )
         self._check_health()
         seq = len(self._events)
-        type_ = check_type(type, seq)
-        if ignorable is not True and ignorable is not False:
-            raise ValidationError(
-                f"event {seq}: ignorable must be a bool, got {ignorable!r}",
-                code="INVALID_IGNORABLE",
-            )
-        try:
-            frozen = freeze(data)
-        except ValidationError as exc:
-            raise ValidationError(
-                f'session event "{type_}" carries non-JSON-serializable data: {exc.message}',
-                code=exc.code,
-            ) from exc
-        op: SurfaceOp = None
-        sources: Any = None
-        if surface_op == "append" and source_event_seqs is None:
-            op = "append"  # the common case needs no copying or parsing
-        elif surface_op is not None or source_event_seqs is not None:
-            try:
-                if (
-                    surface_op is not None
-                    and surface_op != "append"
-                    and not isinstance(surface_op, Replace)
-                ):
-                    surface_op = freeze(surface_op, "surfaceOp")
-                if source_event_seqs is not None:
-                    frozen_seqs: Any = freeze(list(source_event_seqs), "sourceEventSeqs")
-                    sources = tuple(frozen_seqs)
-            except ValidationError as exc:
-                raise ValidationError(
-                    f'session event "{type_}" carries non-JSON-serializable surface metadata: '
-                    f"{exc.message}",
-                    code=exc.code,
-                ) from exc
-            except TypeError as exc:
-                raise ValidationError(
-                    f'session event "{type_}": sourceEventSeqs must be a list of ints',
-                    code="SOURCES_INVALID",
-                ) from exc
-            op = parse_surface_op(surface_op, type_, strict=not ignorable)
+        type_, frozen, op, sources = check_draft(
+            type, data, surface_op, source_event_seqs, ignorable, seq
+        )
         now = self._clock()
         if now.__class__ is not int:
             now = int(now)

@@ -22,7 +22,8 @@ from confluent_kafka import KafkaException
 from pydantic import SecretStr
 
 import dsh
-from dsh.errors import SessionError
+from dsh.drafts import check_draft
+from dsh.errors import SessionError, ValidationError
 from dsh.projections import Interpreter
 from producers.client_inflight import InFlight
 from producers.errors import PayloadTooLargeError, WriterUnavailableError
@@ -32,6 +33,7 @@ from schemas import (
     APPEND_COMMAND,
     HEADER_REQUEST,
     AppendCommand,
+    UnencodableError,
     draft,
     encode_command,
     record_headers,
@@ -243,7 +245,7 @@ class SessionClient:
                 AppendCommand(rid, self.client_id, session_id, tuple(drafts), expected_seq)
             )
         except SessionError as exc:
-            future.set_exception(exc)
+            future.set_exception(_as_the_core_would(exc, drafts))
             return future
         if len(value) > MAX_RECORD_BYTES:
             future.set_exception(
@@ -323,3 +325,17 @@ class SessionClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _as_the_core_would(exc: SessionError, drafts: Sequence[Mapping[str, Any]]) -> SessionError:
+    """A draft the codec cannot encode, as the error the core raises for it: data that is not
+    lossless JSON is the core's ``ValidationError`` (a client raises what the core would),
+    not the codec's."""
+    if not isinstance(exc, UnencodableError):
+        return exc
+    for d in drafts:
+        try:
+            check_draft(d.get("type"), d.get("data"), d.get("surfaceOp"), d.get("sourceEventSeqs"))
+        except ValidationError as core:
+            return core
+    return exc

@@ -16,8 +16,8 @@ import dsh
 from dsh.fold import APPEND, LOG, OPAQUE, PROJECTION, REPLACE, FoldSnapshot, Node, SurfaceFold
 from dsh.json_snapshot import freeze
 from dsh.messages import DROP_WHEN_EMPTY, projects_to_nothing
+from tests.support.builders import assistant, in_step, new, system, tool_result, user
 
-from .core_builders import assistant, in_step, new, system, tool_result, user
 from .test_core_properties import PROJECTIONS, apply, operations
 
 

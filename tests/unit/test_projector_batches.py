@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from dsh.event import Event
+from dsh.fold import SurfaceFold
 from projectors.errors import PoisonRecordError
 from projectors.keys import Keys
 from projectors.records import Poison, Record
@@ -19,7 +20,6 @@ from projectors.runtime.batches import APPLIED, BLOCKED, DUPLICATE, GAP, Planner
 from projectors.runtime.poison import DeadLetter
 from projectors.runtime.sessions import Entry
 from projectors.scripts import APPLY, BLOCK
-from projectors.surface_model import SurfaceState
 from projectors.transcript import TranscriptProjection
 
 SID, OTHER = "s-1", "s-2"
@@ -151,7 +151,7 @@ def test_a_record_the_rules_refuse_blocks_its_session_at_its_seq() -> None:
     assert letter.poison.error.code == "UNKNOWN_TYPE" and letter.poison.value is None
     assert stats == Counter({"blocked": 1})  # seq 4 meets a blocked session
     state = batches.cache[SID].state
-    assert isinstance(state, SurfaceState) and state.applied == 2  # the refusal left it alone
+    assert isinstance(state, SurfaceFold) and state.next_seq == 3  # the refusal left it alone
 
 
 @pytest.mark.parametrize(
