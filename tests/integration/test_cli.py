@@ -22,7 +22,8 @@ import redis
 
 import dsh
 from cli import build_parser
-from cli.demo import DemoRun, render, run_demo
+from cli.demo import DemoRun, run_demo
+from cli.demo_render import render
 from cli.demo_script import TURNS, run_script
 from deploy.local.processes import free_ports
 from interpreters import OFFLOAD_SPEC, offload_images
