@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import dsh
 from cli import demo_script
-from cli.demo_render import render
+from cli.render import render_demo
 
 if TYPE_CHECKING:
     from producers import SessionClient
@@ -286,7 +286,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run.to_json()))
     else:
-        print(render(run))
+        print(render_demo(run))
     return 0
 
 

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from cli.render import event_summary, message_line
 from projectors.catalog import PROJECTIONS
 
 _TIMEOUT_HELP = "how long to wait for the broker before giving up (default 10)"
@@ -152,7 +153,7 @@ def _print_entry(e: Any, as_json: bool) -> None:
     if as_json:
         print(json.dumps(e.event | {"kind": e.kind}), flush=True)
     else:
-        print(f"{e.seq:>6}  {e.type:<20} {_summary(e.event)}", flush=True)
+        print(f"{e.seq:>6}  {e.type:<20} {event_summary(e.event)}", flush=True)
 
 
 def _tail(args: argparse.Namespace) -> int:
@@ -190,27 +191,6 @@ def _wait(reader: Any, session_id: str, after: int) -> list[Any]:
     return []
 
 
-def _summary(event: dict[str, Any]) -> str:
-    data = event.get("data")
-    message = data if event["type"] == "user/message" else (data or {}).get("message")
-    if isinstance(message, dict):
-        parts = []
-        for block in message.get("content", []):
-            kind = block.get("type")
-            if kind == "text":
-                parts.append(block["text"])
-            elif kind == "tool-call":
-                parts.append(f"→ {block['name']}({block['arguments']})")
-            elif kind == "tool-result":
-                parts.append(
-                    f"← result {block['toolCallId']}" + (" (error)" if block.get("isError") else "")
-                )
-            else:
-                parts.append(f"[{kind}]")
-        return " ".join(parts)[:100]
-    return json.dumps(data)[:100]
-
-
 def _blocked_line(blocked: dict[str, Any]) -> str:
     return f"BLOCKED at seq {blocked['seq']}: [{blocked['code']}] {blocked['message']}"
 
@@ -223,7 +203,7 @@ def _print_surface(view: Any) -> None:
     if view.blocked:
         print(_blocked_line(view.blocked))
     for message in view.messages:
-        print(f"  {message['role']:<9} {_summary({'type': 'user/message', 'data': message})}")
+        print(f"  {message['role']:<9} {message_line(message, 100)}")
 
 
 def _print_audit(audit: Any) -> None:

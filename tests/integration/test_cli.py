@@ -23,8 +23,8 @@ import redis
 import dsh
 from cli import build_parser
 from cli.demo import DemoRun, run_demo
-from cli.demo_render import render
 from cli.demo_script import TURNS, run_script
+from cli.render import render_demo
 from deploy.local.processes import free_ports
 from interpreters import OFFLOAD_SPEC, offload_images
 from producers import SessionClient
@@ -128,7 +128,7 @@ def test_the_demo_session_projects_what_the_core_derives(pipeline: Pipeline) -> 
     assert all(run.audit.shadowed_by[s] == run.script.summary_seq for s in run.script.summarized)
     # The fork sees the parent's messages plus its own question and answer.
     assert _plain(run.fork_surface.messages[:-2]) == _plain(run.surface.messages)
-    text = render(run)
+    text = render_demo(run)
     for heading in ("1. WHAT THE MODEL SEES NEXT", "2. WHAT THE HUMAN", "3. PROVENANCE", "4. THE"):
         assert heading in text
 

@@ -1,4 +1,5 @@
-"""How `dsh demo` prints what it did: the three read models side by side with the log."""
+"""How the CLI prints sessions for a person: one line per message or log event (`dsh show`,
+`dsh tail`), and `dsh demo`'s report of the three read models side by side with the log."""
 
 from __future__ import annotations
 
@@ -28,20 +29,28 @@ def message_line(message: Any, width: int = 88) -> str:
             parts.append(f"→ {block['name']}({block['arguments']})")
         elif kind == "tool-result":
             inner = " ".join(b.get("text", f"[{b.get('type')}]") for b in block["content"])
-            parts.append(f"← {inner}")
+            parts.append(f"← {inner}" + (" (error)" if block.get("isError") else ""))
         else:
             parts.append(f"[{kind}]")
     return _clip(" ".join(parts), width)
 
 
-def _event_message(event: dict[str, Any]) -> Any:
+def event_message(event: dict[str, Any]) -> Any:
     data = event.get("data") or {}
     return data if event["type"] == "user/message" else data.get("message")
 
 
+def event_summary(event: dict[str, Any], width: int = 100) -> str:
+    """One log event in a line: its message's text when it carries one, else its data."""
+    message = event_message(event)
+    if isinstance(message, dict):
+        return message_line(message, width)
+    return _clip(json.dumps(event.get("data")), width)
+
+
 def transcript_line(event: dict[str, Any]) -> str:
     t, data = event["type"], event.get("data") or {}
-    message = _event_message(event)
+    message = event_message(event)
     if isinstance(message, dict):
         role = message.get("role", "")
         return f"{role:<9} {message_line(message, 76)}"
@@ -57,7 +66,7 @@ def transcript_line(event: dict[str, Any]) -> str:
     return f"   {_clip(json.dumps(data), 70)}"
 
 
-def render(run: DemoRun) -> str:
+def render_demo(run: DemoRun) -> str:
     out: list[str] = []
     s = run.script
     surface = run.surface
