@@ -54,6 +54,20 @@ def _varint_lines(target: str) -> list[str]:
     ]
 
 
+def _null_or(present: list[str]) -> list[str]:
+    """A ``["null", T]`` union: branch 0 (null) only steps past the index, branch 1 runs
+    ``present`` at the byte after the branch index."""
+    return [
+        "b = data[pos]",
+        "if b == 0:",
+        "    pos += 1",
+        "elif b == 2:",
+        *indent(present),
+        "else:",
+        "    raise bad_index(pos)",
+    ]
+
+
 def _read_lines(kind: str, target: str) -> list[str]:
     if kind == "long":
         return _varint_lines(target)
@@ -108,28 +122,11 @@ class RecordReaderSource(Source):
 
     def optional_primitive(self, fname: str, kind: str) -> None:
         self._flush()
-        self.r += [
-            "b = data[pos]",
-            "if b == 0:",
-            "    pos += 1",
-            "elif b == 2:",
-            "    pos += 1",
-            *indent(_read_lines(kind, f"out[{fname!r}]")),
-            "else:",
-            "    raise bad_index(pos)",
-        ]
+        self.r += _null_or(["pos += 1", *_read_lines(kind, f"out[{fname!r}]")])
 
     def optional(self, fname: str, reader: Reader) -> None:
         self._flush()
-        self.r += [
-            "b = data[pos]",
-            "if b == 0:",
-            "    pos += 1",
-            "elif b == 2:",
-            f"    out[{fname!r}], pos = {self.bind(reader)}(data, pos + 1)",
-            "else:",
-            "    raise bad_index(pos)",
-        ]
+        self.r += _null_or([f"out[{fname!r}], pos = {self.bind(reader)}(data, pos + 1)"])
 
     def _flat_lines(self, fields: Sequence[tuple[str, str, str | None]]) -> list[str]:
         """Read a flat record of strings and longs into ``x``."""
