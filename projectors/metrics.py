@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS = Counter(
     "dsh_projector_events",
@@ -50,8 +50,3 @@ def expose(projector: str) -> None:
     for cause in REBUILD_CAUSES:
         REBUILDS.labels(projector, cause)
     COMMIT_FAILURES.labels(projector)
-
-
-def serve(port: int) -> None:
-    if port:
-        start_http_server(port)

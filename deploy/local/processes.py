@@ -11,24 +11,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from deploy.local.errors import LocalStackError, PortInUseError
+from deploy.local.errors import LocalStackError
+from servicekit.ports import PortInUseError
+from servicekit.ports import port_is_free as port_is_free  # where the tests find it
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Without SO_REUSEADDR a port in TIME_WAIT after our own `dsh down` would look taken.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def require_free_ports(ports: dict[int, str]) -> None:
-    for port, purpose in ports.items():
+def require_free_ports(ports: dict[int, tuple[str, str]]) -> None:
+    """Each port (purpose, the setting that chose it) free, or ``PORT_IN_USE`` naming it."""
+    for port, (purpose, setting) in ports.items():
         if not port_is_free(port):
-            raise PortInUseError(port, purpose)
+            raise PortInUseError(port, purpose, setting)
 
 
 def free_ports(count: int) -> list[int]:

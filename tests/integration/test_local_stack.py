@@ -123,6 +123,7 @@ def test_a_taken_port_is_a_clear_error_naming_it(stack_env: dict[str, str]) -> N
         result = _dsh(stack_env, "up")
     assert result.returncode == 1
     assert f"port {port}" in result.stderr and "PORT_IN_USE" in result.stderr
+    assert "DSH_LOCAL_KAFKA_PORT" in result.stderr
     # Nothing was started half-way.
     status = _dsh(stack_env, "status", "--json")
     assert all(c["pid"] is None for c in json.loads(status.stdout)["components"])
