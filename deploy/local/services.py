@@ -34,6 +34,11 @@ class Service:
     def log_file(self) -> Path:
         return self.home / "service.log"
 
+    @property
+    def exit_file(self) -> Path:
+        """Written by the service when it stops cleanly (DSH_SERVICE_EXIT_FILE)."""
+        return self.home / "exit.json"
+
     def process(self) -> ManagedProcess:
         # The marker must be in the command line: `cli writer` / `cli project audit`.
         return ManagedProcess(
@@ -77,6 +82,7 @@ class Services:
         else:
             env["DSH_PROJECTOR_METRICS_PORT"] = str(service.metrics_port)
             env.setdefault("DSH_PROJECTOR_PROJECTIONS", OFFLOAD_SPEC)
+        env["DSH_SERVICE_EXIT_FILE"] = str(service.exit_file)
         # Unbuffered: a log line is in the file when it happens, not when a buffer fills.
         env["PYTHONUNBUFFERED"] = "1"
         return env
@@ -87,6 +93,7 @@ class Services:
             if process.is_running():
                 continue
             service.home.mkdir(parents=True, exist_ok=True)
+            service.exit_file.unlink(missing_ok=True)
             process.start([sys.executable, "-m", "cli", *service.argv], env=self.env(service))
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -135,11 +142,17 @@ class Services:
         return len(signalled)
 
 
-def _gauge(url: str, name: str) -> float | None:
+def metrics_page(url: str) -> str | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
-            text = response.read().decode()
+            return str(response.read().decode())
     except OSError:
+        return None
+
+
+def _gauge(url: str, name: str) -> float | None:
+    text = metrics_page(url)
+    if text is None:
         return None
     for line in text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):

@@ -30,6 +30,7 @@ from projectors.runtime.sessions import SessionStore
 from projectors.runtime.watch import RedisWatch
 from projectors.scripts import load_all
 from projectors.settings import ProjectorSettings
+from servicekit import health
 from servicekit.gc_tuning import young_gc_threshold
 from servicekit.kafka_clients import Membership
 from servicekit.partition_reader import PartitionReadError
@@ -215,6 +216,7 @@ class Loop(Generic[S]):
             redo = [*(self.inflight.messages if self.inflight else ()), *messages]
             self.inflight = None
             self.store.reset()
+            _report_redis(exc)
             if stop.is_set() or not redo:
                 raise
             log.warning("projector %s: %s; retrying %d records", self.name, exc, len(redo))
@@ -236,6 +238,7 @@ class Loop(Generic[S]):
                 return
             except _RETRYABLE as exc:
                 self.store.reset()
+                _report_redis(exc)
                 if stop.is_set():
                     raise
                 log.warning("projector %s: %s; retrying the batch", self.name, exc)
@@ -246,3 +249,9 @@ class Loop(Generic[S]):
         self.stats["commit_failed"] += 1
         metrics.COMMIT_FAILURES.labels(self.name).inc()
         log.warning("projector %s: offset commit failed: %s", self.name, cause)
+
+
+def _report_redis(exc: Exception) -> None:
+    """A batch that Redis did not answer makes the projector not ready until it does again."""
+    if isinstance(exc, redis.RedisError):
+        health.report("redis", False)

@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from projectors import metrics
 from projectors.marks import Marks
 from projectors.runtime.sessions import SessionStore
+from servicekit import health
 
 log = logging.getLogger("projectors")
 
@@ -43,7 +44,10 @@ class RedisWatch:
         try:
             self._check_redis(consumer)
         except redis.RedisError as exc:  # the next round tries again; batches retry on their own
+            health.report("redis", False)
             log.warning("projector %s: housekeeping: %s", self.name, exc)
+        else:
+            health.report("redis", True)
 
     def _check_redis(self, consumer: Consumer) -> None:
         now = time.monotonic()
