@@ -43,6 +43,7 @@ WINDOW = 16
 # Rounds of "re-read the session and continue from what committed" after timeouts or
 # expected-seq conflicts that made no progress, before giving up.
 MAX_STALLED_ROUNDS = 3
+WRITER_HINT = "start one with `dsh writer`"
 
 # Envelope keys an append carries; seq and time are the writer's to assign.
 _DRAFT_KEYS = ("type", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
@@ -216,15 +217,18 @@ def import_events(
     file_hash: str,
     origin: str,
     progress: Progress | None = None,
+    writer_hint: str = WRITER_HINT,
 ) -> tuple[int, int]:
     """Append ``events`` (validated v3) to ``session_id`` through ``client`` (a SessionClient);
-    returns (events already present, events published by this call)."""
+    returns (events already present, events published by this call). ``writer_hint`` says how
+    to start a writer when none answers (the CLI knows whether the local stack runs it)."""
     from producers.errors import AppendTimeoutError, ConflictError
 
     present = committed_prefix(client.read(session_id).events(), events, session_id, origin)
     done = present
     published = 0
     stalled = 0
+    started = time.monotonic()
     if progress is not None:
         progress(done, len(events))
     while done < len(events):
@@ -276,10 +280,12 @@ def import_events(
         stalled = 0 if done > before else stalled + 1
         if stalled >= MAX_STALLED_ROUNDS:
             if isinstance(failure, AppendTimeoutError):
+                resume = f"after seq {done - 1}" if done else "at seq 0 (nothing was committed)"
                 raise SessionImportError(
-                    f"{origin}: no writer answered for session {session_id!r} "
-                    f"({failure.message}); is a writer running? start one with `dsh writer`, "
-                    f"then re-run the import: it resumes after seq {done - 1}",
+                    f"{origin}: no writer answered for session {session_id!r} in "
+                    f"{time.monotonic() - started:.1f}s ({stalled} tries without progress); "
+                    f"is a writer running? {writer_hint}; then re-run the import: it resumes "
+                    f"{resume}",
                     code="WRITER_TIMEOUT",
                 ) from failure
             raise failure
@@ -340,6 +346,7 @@ def import_file(
     connect_timeout: float = 10.0,
     progress: Progress | None = None,
     projections: Mapping[str, Interpreter] | None = None,
+    writer_hint: str = WRITER_HINT,
 ) -> ImportResult:
     """Publish the session file at ``path`` as session ``session_id`` (default: the file's id)."""
     from producers.client import SessionClient
@@ -354,7 +361,13 @@ def import_file(
     partition_counts(kafka, topics, connect_timeout, quiet=True)
     with SessionClient(settings=kafka, timeout=timeout, interpreters=projections) as client:
         present, published = import_events(
-            client, target, events, file_hash=file_hash, origin=str(path), progress=progress
+            client,
+            target,
+            events,
+            file_hash=file_hash,
+            origin=str(path),
+            progress=progress,
+            writer_hint=writer_hint,
         )
     return ImportResult(
         session_id=target,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -341,9 +342,28 @@ def test_import_error_paths_name_the_fix(
 
 def test_import_without_a_writer_says_to_start_one(topics: KafkaSettings) -> None:
     # Fresh topics no writer serves: every batch times out, the log shows no progress.
+    started = time.monotonic()
     with pytest.raises(SessionImportError) as info:
         import_file(FORMATS / "v0_legacy.jsonl", kafka=topics, session_id="w", timeout=1)
+    took = time.monotonic() - started
     assert info.value.code == "WRITER_TIMEOUT" and "dsh writer" in info.value.message
+    # The time it really waited, and where a re-run really starts: nothing was committed.
+    reported = float(info.value.message.split(" in ", 1)[1].split("s ", 1)[0])
+    assert 3 <= reported <= took
+    assert "resumes at seq 0 (nothing was committed)" in info.value.message
+    assert "seq -1" not in info.value.message
+
+    # Whoever knows how the writer runs (the CLI, for the local stack) says how to start it.
+    with pytest.raises(SessionImportError) as hinted:
+        import_file(
+            FORMATS / "v0_legacy.jsonl",
+            kafka=topics,
+            session_id="w",
+            timeout=1,
+            writer_hint="`dsh up` starts it again",
+        )
+    assert "`dsh up` starts it again" in hinted.value.message
+    assert "dsh writer" not in hinted.value.message
 
 
 # -- export ---------------------------------------------------------------------------------
