@@ -239,12 +239,12 @@ def _demo(args: argparse.Namespace) -> int:
     import redis
 
     from cli.checks import require_kafka
+    from cli.endpoints import kafka_settings, redis_settings
     from producers import SessionClient
     from projectors.keys import Keys
     from projectors.read_api import Reader
     from projectors.settings import ProjectorSettings
     from servicekit.redis_clients import redis_client
-    from servicekit.settings import KafkaSettings, RedisSettings
 
     def say(line: str) -> None:
         if not args.json:
@@ -252,12 +252,13 @@ def _demo(args: argparse.Namespace) -> int:
 
     where: dict[str, Any] = {}
     if args.no_up:
-        kafka = KafkaSettings()
-        store: redis.Redis | redis.RedisCluster = redis_client(RedisSettings())  # or a cluster
+        kafka = kafka_settings()
+        store: redis.Redis | redis.RedisCluster = redis_client(redis_settings())  # or a cluster
     else:
+        from deploy.local.record import resolved_settings
         from deploy.local.stack import LocalStack
 
-        stack = LocalStack()
+        stack = LocalStack(resolved_settings())
         say(
             f"starting the local stack: Kafka, Redis, the writer and three projectors "
             f"(state in {stack.settings.state_dir}) ..."

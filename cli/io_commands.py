@@ -23,7 +23,7 @@ them; when they are all of them, nothing is appended; otherwise the import is re
 (SESSION_EXISTS) -- import under another id with --session-id NEW.
 
 Event times are assigned by the writer at import; the file's times are not preserved.
-A writer must be running (`dsh writer`)."""
+A writer must be running: the local stack runs one (`dsh up`), or start `dsh writer`."""
 
 EXPORT_HELP = """\
 Write the events topic (read_committed, every partition) to Avro object container files, for
@@ -122,12 +122,13 @@ def _progress(args: argparse.Namespace, unit: str) -> Callable[[int, int], None]
 
 
 def _kafka() -> Any:
-    from servicekit.settings import KafkaSettings
+    from cli.endpoints import kafka_settings
 
-    return KafkaSettings()
+    return kafka_settings()
 
 
 def _import(args: argparse.Namespace) -> int:
+    from cli.endpoints import writer_hint
     from interpreters import OFFLOAD_SPEC
     from producers.importer import import_file
     from servicekit.interpreters import parse_interpreters
@@ -141,6 +142,7 @@ def _import(args: argparse.Namespace) -> int:
         projections=parse_interpreters(
             OFFLOAD_SPEC if args.projections is None else args.projections
         ),
+        writer_hint=writer_hint(),
     )
     if args.json:
         print(json.dumps({"file": args.file, **result.to_json()}))

@@ -93,7 +93,9 @@ def _project(args: argparse.Namespace) -> int:
 
     # Before the service starts: its own logging.basicConfig is then a no-op.
     configure_logging(f"project-{args.projection}", args.log_level)
-    _services().serve_projector(args.projection)
+    from cli.endpoints import kafka_settings, redis_settings
+
+    _services().serve_projector(args.projection, kafka_settings(), redis_settings())
     return 0
 
 
@@ -227,10 +229,10 @@ def _print_audit(audit: Any) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     from cli.checks import default_interpreters, require_kafka
-    from servicekit.settings import KafkaSettings
+    from cli.endpoints import kafka_settings
 
     default_interpreters()
-    require_kafka(KafkaSettings(), ("events",), args.timeout)
+    require_kafka(kafka_settings(), ("events",), args.timeout)
     report = _services().verify_from_env(args.session)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -248,10 +250,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from cli.checks import default_interpreters, require_kafka
-    from servicekit.settings import KafkaSettings
+    from cli.endpoints import kafka_settings
 
     default_interpreters()
-    require_kafka(KafkaSettings(), ("events",), args.timeout)
+    require_kafka(kafka_settings(), ("events",), args.timeout)
     projections = PROJECTIONS if args.projection == "all" else (args.projection,)
     result = _services().replay_from_env(projections, args.sessions, not args.json)
     summary = {

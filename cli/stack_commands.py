@@ -39,9 +39,12 @@ def register(commands: Any) -> None:
 
 
 def _stack() -> LocalStack:
+    """The stack of the state dir, on the ports it was started with (from any shell); a port
+    the environment names explicitly wins (`dsh up` then refuses if the stack runs on others)."""
+    from deploy.local.record import resolved_settings
     from deploy.local.stack import LocalStack
 
-    return LocalStack()
+    return LocalStack(resolved_settings())
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -84,6 +87,5 @@ def _report(statuses: list[ComponentStatus], as_json: bool) -> int:
     else:
         print(f"{'component':<18} {'pid':>8} {'port':>6}  {'health':<9} detail")
         for s in statuses:
-            health = "healthy" if s.healthy else "DOWN"
-            print(f"{s.name:<18} {s.pid or '-':>8} {s.port:>6}  {health:<9} {s.detail}")
+            print(f"{s.name:<18} {s.pid or '-':>8} {s.port:>6}  {s.state:<9} {s.detail}")
     return 0 if healthy else 1

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from projectors import metrics as projector_metrics
+from cli.endpoints import kafka_settings, redis_settings
 from projectors.catalog import build_projection
 from projectors.keys import Keys
 from projectors.read_api import Reader
@@ -20,11 +20,14 @@ from projectors.runtime import Runtime
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import Report, verify
+from servicekit.health import ServiceSettings, record_clean_exit
 from servicekit.interpreters import parse_interpreters
+from servicekit.ports import require_free_port, serve_metrics
 from servicekit.redis_clients import redis_client
 from servicekit.settings import KafkaSettings, RedisSettings
 
 log = logging.getLogger("projectors")
+METRICS_PORT = {"writer": "DSH_WRITER_METRICS_PORT", "projector": "DSH_PROJECTOR_METRICS_PORT"}
 
 
 def build_runtime(
@@ -33,23 +36,23 @@ def build_runtime(
     return Runtime(build_projection(name, settings), kafka, redis_client(redis_settings), settings)
 
 
-def serve_projector(name: str) -> None:
+def serve_projector(name: str, kafka: KafkaSettings, redis_settings: RedisSettings) -> None:
     """``dsh project NAME``: run until SIGTERM or SIGINT, finishing the batch in hand."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = ProjectorSettings()
+    settings, service = ProjectorSettings(), ServiceSettings()
+    require_free_port(settings.metrics_port, "/metrics", METRICS_PORT["projector"])
     log.info("projector %s starting: Redis, then group %s", name, settings.group_id(name))
-    runtime = build_runtime(name, KafkaSettings(), RedisSettings(), settings)
-    projector_metrics.serve(settings.metrics_port)
+    runtime = build_runtime(name, kafka, redis_settings, settings)
+    serve_metrics(settings.metrics_port, METRICS_PORT["projector"])
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     runtime.run(stop)
+    record_clean_exit(service)
 
 
-def serve_writer(log_level: str = "INFO") -> int:
+def serve_writer(kafka: KafkaSettings, log_level: str = "INFO") -> int:
     """``dsh writer``: settings from the environment, /metrics, signals, the loop."""
-    from prometheus_client import start_http_server
-
     from producers.writer import Writer
     from producers.writer.failpoints import Failpoints
     from producers.writer.settings import WriterSettings
@@ -60,10 +63,10 @@ def serve_writer(log_level: str = "INFO") -> int:
     # Sessions are long-lived, acyclic trees of small containers: with the default thresholds
     # the cycle collector rescans them over and over and finds nothing (docs/benchmarks.md).
     gc.set_threshold(100_000, 50, 100)
-    settings = WriterSettings()
-    writer = Writer(KafkaSettings(), settings, failpoints=Failpoints(settings.failpoint))
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port)
+    settings, service = WriterSettings(), ServiceSettings()
+    require_free_port(settings.metrics_port, "/metrics", METRICS_PORT["writer"])
+    writer = Writer(kafka, settings, failpoints=Failpoints(settings.failpoint))
+    serve_metrics(settings.metrics_port, METRICS_PORT["writer"])
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         logging.getLogger("dsh.writer").info("signal %d: stopping", signum)
@@ -72,18 +75,19 @@ def serve_writer(log_level: str = "INFO") -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     writer.run()
+    record_clean_exit(service)
     return 0
 
 
 def reader_from_env() -> Reader:
     settings = ProjectorSettings()
-    return Reader(redis_client(RedisSettings()), Keys(settings.key_prefix))
+    return Reader(redis_client(redis_settings()), Keys(settings.key_prefix))
 
 
 def verify_from_env(session_id: str) -> Report:
     """``dsh verify``: the session's log from the events topic against the three read models."""
     settings = ProjectorSettings()
-    items = read_session(KafkaSettings(), session_id)
+    items = read_session(kafka_settings(), session_id)
     return verify(session_id, items, reader_from_env(), parse_interpreters(settings.projections))
 
 
@@ -91,6 +95,6 @@ def replay_from_env(
     projections: Sequence[str], session_ids: Sequence[str], show_progress: bool
 ) -> ReplayResult:
     settings = ProjectorSettings()
-    kafka, redis_settings = KafkaSettings(), RedisSettings()
-    runtimes = [build_runtime(name, kafka, redis_settings, settings) for name in projections]
+    kafka, redis = kafka_settings(), redis_settings()
+    runtimes = [build_runtime(name, kafka, redis, settings) for name in projections]
     return replay(kafka, runtimes, session_ids, progress_bar() if show_progress else None)

@@ -21,9 +21,10 @@ def register(commands: Any) -> None:
 
 
 def _writer(args: argparse.Namespace) -> int:
+    from cli.endpoints import kafka_settings
     from cli.wiring import serve_writer
     from servicekit.logs import configure_logging
 
     # Before the service starts: its own logging.basicConfig is then a no-op.
     settings = configure_logging("writer", args.log_level)
-    return serve_writer(settings.level)
+    return serve_writer(kafka_settings(), settings.level)

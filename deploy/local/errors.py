@@ -1,4 +1,5 @@
 from dsh.errors import SessionError, register_error
+from servicekit.ports import PortInUseError
 
 
 @register_error
@@ -9,12 +10,10 @@ class LocalStackError(SessionError):
 
 
 @register_error
-class PortInUseError(LocalStackError):
-    default_code = "PORT_IN_USE"
+class StackRunningError(LocalStackError):
+    """`dsh up` with other ports than those of the stack already running in its state dir."""
 
-    def __init__(self, port: int, purpose: str) -> None:
-        super().__init__(
-            f"port {port} ({purpose}) is already in use by another process; stop it or choose "
-            f"another port with the matching DSH_LOCAL_* variable",
-        )
-        self.port = port
+    default_code = "STACK_RUNNING"
+
+
+__all__ = ["LocalStackError", "PortInUseError", "StackRunningError"]

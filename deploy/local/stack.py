@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from deploy.local.errors import StackRunningError
 from deploy.local.kafka import KafkaCluster, ensure_kafka_jars
 from deploy.local.processes import port_accepts, require_free_ports
+from deploy.local.record import describe, identity, read_record, remove_record, write_record
 from deploy.local.redis_server import RedisServer, ensure_redis_server
-from deploy.local.services import Services
+from deploy.local.services import Service, Services, metrics_page
 from deploy.local.settings import LocalStackSettings
+from servicekit.health import exited_cleanly, not_ready
 from servicekit.settings import KafkaSettings
 from servicekit.topics import ensure_topics
 
@@ -24,6 +27,13 @@ class ComponentStatus:
     port: int
     healthy: bool
     detail: str
+    # What `dsh status` prints in its health column: "healthy" or "DOWN" when empty; a
+    # service can also be "stopped" (a clean exit) or "not ready" (a dependency is missing).
+    state: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            object.__setattr__(self, "state", "healthy" if self.healthy else "DOWN")
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -51,24 +61,11 @@ class LocalStack:
 
         ``services``: also the writer and the three projectors (they need the topics)."""
         self.install()
-        # Check every port we are about to bind before starting anything, so a clash is a
-        # clear error naming the port rather than a half-started stack or a hang.
-        wanted: dict[int, str] = {}
-        if not self.redis.process.is_running():
-            wanted[self.redis.port] = "Redis"
-        for node in self.kafka.nodes:
-            if not node.process().is_running():
-                wanted.update(
-                    {
-                        node.port: f"Kafka node {node.node_id} listener",
-                        node.controller_port: f"Kafka node {node.node_id} controller",
-                    }
-                )
-        if services:
-            for service in self.services.all:
-                if service.metrics_port and not service.process().is_running():
-                    wanted[service.metrics_port] = f"{service.name} /metrics"
-        require_free_ports(wanted)
+        self._refuse_another_stack()
+        require_free_ports(self._ports_to_bind(services))
+        # Recorded before anything starts: a stack that fails half-way is still found (and
+        # stopped) by `dsh down` and `dsh status` from any shell.
+        write_record(self.settings)
         self.redis.start()
         self.kafka.start()
         self.redis.wait_ready()
@@ -80,10 +77,59 @@ class LocalStack:
             self.services.wait_ready()
         return self.status()
 
+    def _refuse_another_stack(self) -> None:
+        """The state dir holds one stack: started again with other ports, it would run a second
+        Redis and Kafka on the same data and pid files."""
+        record = read_record(self.settings.state_dir)
+        if record is None:
+            return
+        recorded = {k: record.get(k) for k in identity(self.settings)}
+        if recorded == identity(self.settings):
+            return
+        running = LocalStack(self.settings.model_copy(update=recorded)).running()
+        if running:
+            raise StackRunningError(
+                f"a stack is already running in {self.settings.state_dir} ({', '.join(running)}) "
+                f"on other ports: {describe(record)}; `dsh down` stops it, or start a second "
+                "stack with another DSH_LOCAL_STATE_DIR"
+            )
+
+    def _ports_to_bind(self, services: bool) -> dict[int, tuple[str, str]]:
+        """Every port we are about to bind, checked before anything starts, so a clash is a
+        clear error naming the port and its setting rather than a half-started stack."""
+        wanted: dict[int, tuple[str, str]] = {}
+        if not self.redis.process.is_running():
+            wanted[self.redis.port] = ("Redis", "DSH_LOCAL_REDIS_PORT")
+        for node in self.kafka.nodes:
+            if not node.process().is_running():
+                n = node.node_id
+                wanted[node.port] = (f"Kafka node {n} listener", "DSH_LOCAL_KAFKA_PORT")
+                wanted[node.controller_port] = (
+                    f"Kafka node {n} controller",
+                    "DSH_LOCAL_CONTROLLER_PORT",
+                )
+        if services:
+            for service in self.services.all:
+                if service.metrics_port and not service.process().is_running():
+                    wanted[service.metrics_port] = (
+                        f"{service.name} /metrics",
+                        "DSH_LOCAL_METRICS_PORT",
+                    )
+        return wanted
+
+    def running(self) -> list[str]:
+        """The names of this stack's processes that run."""
+        names = [f"kafka-{n.node_id}" for n in self.kafka.nodes if n.process().is_running()]
+        if self.redis.process.is_running():
+            names.append("redis")
+        return names + [s.name for s in self.services.all if s.process().is_running()]
+
     def down(self) -> int:
         """Stop everything this stack started; returns how many processes were stopped.
         Services first: stopped after Kafka they would wait for it until their timeouts."""
-        return self.services.stop() + self.kafka.stop() + int(self.redis.stop())
+        stopped = self.services.stop() + self.kafka.stop() + int(self.redis.stop())
+        remove_record(self.settings.state_dir)
+        return stopped
 
     def status(self) -> list[ComponentStatus]:
         statuses = []
@@ -109,22 +155,34 @@ class LocalStack:
                 detail="redis-server" if pid else "not running",
             )
         )
-        for service in self.services.all:
-            process = service.process()
-            pid = process.pid()
-            if pid is None and not process.pid_file.exists():
-                continue  # never started (`dsh up --no-services`): not expected to run
-            statuses.append(
-                ComponentStatus(
-                    name=service.name,
-                    pid=pid,
-                    port=service.metrics_port,
-                    healthy=pid is not None
-                    and (service.metrics_port == 0 or port_accepts(service.metrics_port)),
-                    detail=f"log {service.log_file}" if pid else f"DIED; see {service.log_file}",
-                )
-            )
+        statuses += [
+            self._service_status(s) for s in self.services.all if s.process().pid_file.exists()
+        ]
         return statuses
+
+    def _service_status(self, service: Service) -> ComponentStatus:
+        """Alive and answering on /metrics, with every readiness check of its page passing;
+        a service gone after a clean stop (SIGTERM) is stopped, any other gone one died."""
+        pid = service.process().pid()
+        port = service.metrics_port
+        healthy, detail, state = pid is not None, f"log {service.log_file}", ""
+        if pid is None:
+            if exited_cleanly(service.exit_file):
+                state, detail = "stopped", "stopped cleanly (SIGTERM); `dsh up` starts it again"
+            else:
+                detail = f"DIED; see {service.log_file}"
+        elif port:
+            page = metrics_page(f"http://127.0.0.1:{port}/metrics")
+            failing = [] if page is None else not_ready(page)
+            if page is None:
+                healthy, detail = (
+                    False,
+                    f"/metrics on port {port} does not answer; see {service.log_file}",
+                )
+            elif failing:
+                healthy, state = False, "not ready"
+                detail = f"NOT READY: cannot reach {', '.join(failing)}; see {service.log_file}"
+        return ComponentStatus(service.name, pid, port, healthy, detail, state)
 
     def _redis_answers(self) -> bool:
         import redis
