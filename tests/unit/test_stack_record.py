@@ -3,6 +3,7 @@ names its endpoints explicitly (issue 25)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,8 @@ from servicekit.health import not_ready
 
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for key in ("DSH_KAFKA_BOOTSTRAP_SERVERS", "DSH_REDIS_URL"):
-        monkeypatch.delenv(key, raising=False)
-    for key in list(__import__("os").environ):
-        if key.startswith("DSH_LOCAL_"):
+    for key in list(os.environ):
+        if key.startswith(("DSH_LOCAL_", "DSH_KAFKA_BOOTSTRAP_SERVERS", "DSH_REDIS_URL")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("DSH_LOCAL_STATE_DIR", str(tmp_path))
     return tmp_path
