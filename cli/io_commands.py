@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from cli.arguments import seconds
+
 IMPORT_HELP = """\
 Publish a session file (JSON Lines, format v0..v3; older versions are migrated to v3) as a
 session, through the writer: every event is validated exactly like a live append. The file is
@@ -45,7 +47,7 @@ def register(commands: Any) -> None:
     imp.add_argument("--json", action="store_true", help="print the result as JSON")
     imp.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="how long to wait for the broker before giving up (default 10)",
@@ -81,7 +83,7 @@ def register(commands: Any) -> None:
     exp.add_argument("--json", action="store_true", help="print the result as JSON")
     exp.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="how long to wait for the broker before giving up (default 10)",

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from cli.arguments import lines, seconds
 from cli.render import event_summary, message_line
 from projectors.catalog import PROJECTIONS
 
@@ -47,7 +48,7 @@ def register(commands: Any) -> None:
     tail.add_argument(
         "-n",
         "--lines",
-        type=int,
+        type=lines,
         default=20,
         metavar="N",
         help="entries to print before following (default 20; -1: all)",
@@ -62,7 +63,7 @@ def register(commands: Any) -> None:
     verify.add_argument("session")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
+        "--timeout", type=seconds, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
     )
     verify.set_defaults(handler=_verify)
 
@@ -77,7 +78,7 @@ def register(commands: Any) -> None:
     )
     replay.add_argument("--json", action="store_true", help="print the result as JSON")
     replay.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
+        "--timeout", type=seconds, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
     )
     replay.set_defaults(handler=_replay)
 
