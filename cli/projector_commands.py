@@ -108,45 +108,47 @@ def _show(args: argparse.Namespace) -> int:
         return _follow(reader, args.session, -1, args.json)
     if args.projection == "surface":
         view = reader.surface(args.session)
+        _known(args.projection, args.session, view.applied, view.blocked)
         if args.json:
             print(json.dumps(view.to_json(), indent=2))
         else:
             _print_surface(view)
-        applied, blocked = view.applied, view.blocked
+        blocked = view.blocked
     elif args.projection == "transcript":
+        blocked = reader.blocked("transcript", args.session)
+        _known(args.projection, args.session, reader.transcript_applied(args.session), blocked)
         entries = reader.transcript(args.session)
         if args.json:
             print(json.dumps([e.event | {"kind": e.kind} for e in entries], indent=2))
         else:
             for e in entries:
                 _print_entry(e, False)
-        applied = reader.transcript_applied(args.session)
-        blocked = reader.blocked("transcript", args.session)
     else:
         audit = reader.audit(args.session)
+        _known(args.projection, args.session, audit.applied, audit.blocked)
         if args.json:
             print(json.dumps(audit.to_json(), indent=2))
         else:
             _print_audit(audit)
-        applied, blocked = audit.applied, audit.blocked
-    _check_session(args.projection, args.session, applied, blocked)
+        blocked = audit.blocked
+    if blocked is not None:
+        # What was printed is the view up to the block; the exit status says why it stops.
+        from cli.checks import blocked_message
+        from projectors.errors import SessionBlockedError
+
+        raise SessionBlockedError(blocked_message(args.projection, args.session, blocked))
     return 0
 
 
-def _check_session(
-    projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None
-) -> None:
-    """What was printed is all there is, and the exit status says why: blocked, or unknown."""
-    from cli.checks import blocked_message
-    from projectors.errors import SessionBlockedError
+def _known(projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None) -> None:
+    """Before anything is printed: an id the read model holds nothing of is an error, not an
+    empty model made up for it."""
+    from projectors.errors import SessionUnknownError
 
-    if blocked is not None:
-        raise SessionBlockedError(blocked_message(projection, session_id, blocked))
-    if applied < 0:
-        raise SessionBlockedError(
+    if applied < 0 and blocked is None:
+        raise SessionUnknownError(
             f"the {projection} read model has no events of session {session_id}: check the id, "
-            f"that `dsh project {projection}` runs (`dsh status`), and DSH_REDIS_URL",
-            code="SESSION_UNKNOWN",
+            f"that `dsh project {projection}` runs (`dsh status`), and DSH_REDIS_URL"
         )
 
 
@@ -165,6 +167,12 @@ def _tail(args: argparse.Namespace) -> int:
     )
     for e in shown:
         _print_entry(e, args.json)
+    if not entries and reader.blocked("transcript", args.session) is None:
+        print(
+            f"waiting for session {args.session}: its transcript has no entry yet (Ctrl-C to stop)",
+            file=sys.stderr,
+            flush=True,
+        )
     return _follow(reader, args.session, entries[-1].seq if entries else -1, args.json)
 
 
@@ -233,6 +241,13 @@ def _verify(args: argparse.Namespace) -> int:
     default_interpreters()
     require_kafka(KafkaSettings(), ("events",), args.timeout)
     report = _services().verify_from_env(args.session)
+    if report.events == 0 and report.ok:
+        from projectors.errors import SessionUnknownError
+
+        raise SessionUnknownError(
+            f"the events topic {KafkaSettings().topic('events')} has no event of session "
+            f"{args.session}, and no read model has any: check the id and DSH_KAFKA_TOPIC_PREFIX"
+        )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif report.ok:

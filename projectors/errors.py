@@ -32,3 +32,10 @@ class SessionBlockedError(ProjectorError):
 @register_error
 class VerifyMismatchError(ProjectorError):
     default_code = "VERIFY_MISMATCH"
+
+
+@register_error
+class SessionUnknownError(ProjectorError):
+    """No event of that session id: not in the read model, or not in the events topic."""
+
+    default_code = "SESSION_UNKNOWN"

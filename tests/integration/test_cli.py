@@ -169,11 +169,15 @@ def test_verify_and_replay_report_as_json(pipeline: Pipeline) -> None:
 
 
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    assert proc.stdout is not None
+    return _lines_of(proc.stdout)
+
+
+def _lines_of(stream: Any) -> queue.Queue[str]:
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in stream:
             lines.put(line)
 
     threading.Thread(target=pump, daemon=True).start()
@@ -249,6 +253,37 @@ def test_errors_name_the_fix(pipeline: Pipeline) -> None:
 
     unknown = _dsh(env, "show", "surface", "no-such-session")
     assert unknown.returncode == 1 and "dsh: error [SESSION_UNKNOWN]" in unknown.stderr
+
+
+def test_an_unknown_session_is_an_error_everywhere(pipeline: Pipeline) -> None:
+    """No command makes up an answer for an id it does not know: `show` prints nothing,
+    `verify` does not call nothing a match, and `tail` says what it is waiting for."""
+    env = pipeline.env
+    for projection in ("surface", "transcript", "audit"):
+        shown = _dsh(env, "show", projection, "nope-xyz")
+        assert shown.returncode == 1, projection
+        assert shown.stdout == "", projection
+        assert "dsh: error [SESSION_UNKNOWN]" in shown.stderr, projection
+    verified = _dsh(env, "verify", "nope-xyz")
+    assert verified.returncode == 1
+    assert "dsh: error [SESSION_UNKNOWN]" in verified.stderr and "match" not in verified.stdout
+    as_json = _dsh(env, "verify", "nope-xyz", "--json")
+    assert as_json.returncode == 1 and "[SESSION_UNKNOWN]" in as_json.stderr
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "tail", "nope-xyz"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        said = _lines_of(proc.stderr).get(timeout=30)
+        assert "waiting for session nope-xyz" in said
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_a_blocked_session_is_an_error_saying_why(servers: Any) -> None:
