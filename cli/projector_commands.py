@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from cli.arguments import lines, seconds
-from cli.render import event_summary, message_line
+from cli.render import event_summary, message_line, seq_list
 from projectors.catalog import PROJECTIONS
 
 _TIMEOUT_HELP = "how long to wait for the broker before giving up (default 10)"
@@ -65,6 +65,7 @@ def register(commands: Any) -> None:
     verify.add_argument(
         "--timeout", type=seconds, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
     )
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     verify.set_defaults(handler=_verify)
 
     replay = commands.add_parser(
@@ -80,6 +81,7 @@ def register(commands: Any) -> None:
     replay.add_argument(
         "--timeout", type=seconds, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
     )
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     replay.set_defaults(handler=_replay)
 
 
@@ -207,7 +209,7 @@ def _blocked_line(blocked: dict[str, Any]) -> str:
 def _print_surface(view: Any) -> None:
     print(
         f"applied seq {view.applied}; generations replace={view.replace_generation} "
-        f"content={view.content_generation}; nodes {view.nodes}"
+        f"content={view.content_generation}; {seq_list(view.nodes)}"
     )
     if view.blocked:
         print(_blocked_line(view.blocked))
@@ -240,7 +242,10 @@ def _verify(args: argparse.Namespace) -> int:
 
     default_interpreters()
     require_kafka(KafkaSettings(), ("events",), args.timeout)
-    report = _services().verify_from_env(args.session)
+    from cli.progress import for_a_person
+
+    progress = for_a_person("records of its partition", not (args.json or args.no_progress))
+    report = _services().verify_from_env(args.session, progress)
     if report.events == 0 and report.ok:
         from projectors.errors import SessionUnknownError
 
@@ -269,7 +274,10 @@ def _replay(args: argparse.Namespace) -> int:
     default_interpreters()
     require_kafka(KafkaSettings(), ("events",), args.timeout)
     projections = PROJECTIONS if args.projection == "all" else (args.projection,)
-    result = _services().replay_from_env(projections, args.sessions, not args.json)
+    from cli.progress import for_a_person
+
+    progress = for_a_person("records", not (args.json or args.no_progress))
+    result = _services().replay_from_env(projections, args.sessions, progress)
     summary = {
         "sessions": result.sessions,
         "records": result.records,
@@ -281,7 +289,7 @@ def _replay(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(
-            f"\nreplayed {summary['records']} records of {summary['sessions']} sessions into "
+            f"replayed {summary['records']} records of {summary['sessions']} sessions into "
             f"{', '.join(projections)} in {summary['seconds']}s "
             f"({summary['recordsPerSecond']:,} records/s)"
         )

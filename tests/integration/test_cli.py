@@ -30,6 +30,7 @@ from interpreters import OFFLOAD_SPEC, offload_images
 from producers import SessionClient
 from projectors.keys import Keys
 from projectors.read_api import Reader
+from projectors.topic_reader import read_session
 from servicekit.settings import KafkaSettings
 from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS
@@ -253,6 +254,18 @@ def test_errors_name_the_fix(pipeline: Pipeline) -> None:
 
     unknown = _dsh(env, "show", "surface", "no-such-session")
     assert unknown.returncode == 1 and "dsh: error [SESSION_UNKNOWN]" in unknown.stderr
+
+
+def test_verify_reports_progress_through_the_partition_and_ends_at_the_real_count(
+    pipeline: Pipeline,
+) -> None:
+    calls: list[tuple[int, int]] = []
+    items = read_session(
+        pipeline.kafka, pipeline.run.session_id, progress=lambda d, t: calls.append((d, t))
+    )
+    assert len(items) == pipeline.run.script.last_seq + 1
+    done, total = calls[-1]
+    assert done == total >= len(items)  # the bar ends full, at the records really read
 
 
 def test_an_unknown_session_is_an_error_everywhere(pipeline: Pipeline) -> None:
