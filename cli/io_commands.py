@@ -23,8 +23,9 @@ when its events are a prefix of the file's (an interrupted import), the import r
 them; when they are all of them, nothing is appended; otherwise the import is refused
 (SESSION_EXISTS) -- import under another id with --session-id NEW.
 
+Each event is also checked against the writer's size limit (DSH_WRITER_MAX_EVENT_BYTES).
 Event times are assigned by the writer at import; the file's times are not preserved.
-A writer must be running (`dsh writer`)."""
+A writer must be running (`dsh up` starts the local stack's)."""
 
 EXPORT_HELP = """\
 Write the events topic (read_committed, every partition) to Avro object container files, for
