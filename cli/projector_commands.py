@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from cli.arguments import lines, seconds
@@ -139,7 +140,23 @@ def _show(args: argparse.Namespace) -> int:
         from projectors.errors import SessionBlockedError
 
         raise SessionBlockedError(blocked_message(args.projection, args.session, blocked))
+    _current(reader, args.projection, args.session)
     return 0
+
+
+def _current(reader: Any, projection: str, session_id: str) -> None:
+    """After printing: a read model under rebuild was printed as it stood, which may be stale,
+    and the exit status says so."""
+    from projectors.errors import SessionRebuildingError
+
+    mark = reader.rebuilding(projection, session_id)
+    if mark is not None:
+        since = time.strftime("%H:%M:%S", time.localtime(mark.get("since", 0) / 1000))
+        raise SessionRebuildingError(
+            f"the {projection} read model of session {session_id} is being rebuilt "
+            f"({mark.get('cause')}, since {since}): what was printed may be stale; run the "
+            "command again when the rebuild is done"
+        )
 
 
 def _known(projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None) -> None:

@@ -17,6 +17,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -72,13 +73,16 @@ def _replay(
         for p, sids in by_partition.items():
             found: dict[str, list[Record | Poison]] = {sid: [] for sid in sids}
             ends: dict[int, int] = {}
-            for item in scan_partitions(kafka, topic, [p], on_end=ends.__setitem__):
-                if item.session_id in found:
-                    found[item.session_id].append(item)
-            records += sum(len(items) for items in found.values())
-            sessions += len(found)
-            applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
-            _catch_up(kafka, runtimes, ends, sids)
+            with ExitStack() as marks:
+                for rt in runtimes:
+                    marks.enter_context(rt.rebuilds.marked(sids, "replay"))
+                for item in scan_partitions(kafka, topic, [p], on_end=ends.__setitem__):
+                    if item.session_id in found:
+                        found[item.session_id].append(item)
+                records += sum(len(items) for items in found.values())
+                sessions += len(found)
+                applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
+                _catch_up(kafka, runtimes, ends, sids)
     else:
         total = offsets_in(kafka, topic, range(partitions))
         workers = _worker_count(runtimes, partitions)

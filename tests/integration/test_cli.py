@@ -268,6 +268,30 @@ def test_verify_reports_progress_through_the_partition_and_ends_at_the_real_coun
     assert done == total >= len(items)  # the bar ends full, at the records really read
 
 
+def test_show_during_a_rebuild_says_what_it_printed_may_be_stale(pipeline: Pipeline) -> None:
+    from pydantic import SecretStr
+
+    from cli.wiring import build_runtime
+    from projectors.settings import ProjectorSettings
+    from servicekit.settings import RedisSettings
+
+    sid = pipeline.run.session_id
+    runtime = build_runtime(
+        "surface",
+        pipeline.kafka,
+        RedisSettings(url=SecretStr(pipeline.redis_url)),
+        ProjectorSettings(key_prefix=pipeline.key_prefix),
+    )
+    with runtime.rebuilds.marked([sid], "test"):
+        shown = _dsh(pipeline.env, "show", "surface", sid)
+        assert shown.returncode == 1
+        assert "applied seq" in shown.stdout  # the view as it stands is still printed
+        assert "dsh: error [SESSION_REBUILDING]" in shown.stderr and "(test, since" in shown.stderr
+        other = _dsh(pipeline.env, "show", "transcript", sid)
+        assert other.returncode == 0  # only the surface is being rebuilt
+    assert _dsh(pipeline.env, "show", "surface", sid).returncode == 0
+
+
 def test_an_unknown_session_is_an_error_everywhere(pipeline: Pipeline) -> None:
     """No command makes up an answer for an id it does not know: `show` prints nothing,
     `verify` does not call nothing a match, and `tail` says what it is waiting for."""
