@@ -7,6 +7,8 @@ imports what it needs inside its handler, so ``import dsh`` stays pure and fast.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -59,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsh", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Not required: `dsh` alone prints the help, and `dsh --bogus` names the flag rather than
+    # only saying that a command is missing.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo.register(commands)
     stack_commands.register(commands)
     projector_commands.register(commands)
@@ -70,7 +74,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        if sys.argv[1:] if argv is None else argv:
+            parser.error("no COMMAND given; `dsh` alone lists them")
+        parser.print_help()
+        return 0
+    try:
+        status = _run(args)
+        sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`dsh show … | head`): that ends the command, quietly, with
+        # the status a process killed by SIGPIPE has. stdout is pointed at /dev/null so the
+        # interpreter's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         from servicekit.settings import configure_codec
         from servicekit.stacks import dump_stacks_on_signal

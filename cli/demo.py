@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import dsh
 from cli import demo_script
+from cli.arguments import seconds
 from cli.render import render_demo
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def register(commands: Any) -> None:
     )
     demo.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=30.0,
         metavar="SECONDS",
         help="how long to wait for the broker, the writer and the projectors (default 30)",

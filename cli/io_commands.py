@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any
+
+from cli.arguments import seconds
+from cli.progress import Progress, for_a_person
 
 IMPORT_HELP = """\
 Publish a session file (JSON Lines, format v0..v3; older versions are migrated to v3) as a
@@ -22,6 +23,7 @@ when its events are a prefix of the file's (an interrupted import), the import r
 them; when they are all of them, nothing is appended; otherwise the import is refused
 (SESSION_EXISTS) -- import under another id with --session-id NEW.
 
+Each event is also checked against the writer's size limit (DSH_WRITER_MAX_EVENT_BYTES).
 Event times are assigned by the writer at import; the file's times are not preserved.
 A writer must be running: the local stack runs one (`dsh up`), or start `dsh writer`."""
 
@@ -45,7 +47,7 @@ def register(commands: Any) -> None:
     imp.add_argument("--json", action="store_true", help="print the result as JSON")
     imp.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="how long to wait for the broker before giving up (default 10)",
@@ -81,7 +83,7 @@ def register(commands: Any) -> None:
     exp.add_argument("--json", action="store_true", help="print the result as JSON")
     exp.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="how long to wait for the broker before giving up (default 10)",
@@ -90,35 +92,8 @@ def register(commands: Any) -> None:
     exp.set_defaults(handler=_export)
 
 
-def progress_bar(
-    unit: str, stream: TextIO = sys.stderr, width: int = 30
-) -> Callable[[int, int], None]:
-    """A one-line bar redrawn in place; a finished bar ends its line."""
-    started = time.perf_counter()
-    last = [0.0]
-
-    def show(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if done < total and now - last[0] < 0.1:
-            return  # redraw at most ten times a second
-        last[0] = now
-        filled = width if total <= 0 else min(width, width * done // total)
-        rate = done / max(now - started, 1e-9)
-        stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {unit} {rate:,.0f}/s"
-        )
-        if done >= total:
-            stream.write("\n")
-        stream.flush()
-
-    return show
-
-
-def _progress(args: argparse.Namespace, unit: str) -> Callable[[int, int], None] | None:
-    # Only for a person watching: a redrawn line is noise in a log file or a pipe.
-    if args.no_progress or args.json or not sys.stderr.isatty():
-        return None
-    return progress_bar(unit)
+def _progress(args: argparse.Namespace, unit: str) -> Progress | None:
+    return for_a_person(unit, not (args.no_progress or args.json))
 
 
 def _kafka() -> Any:

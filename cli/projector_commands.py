@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
-from cli.render import event_summary, message_line
+from cli.arguments import lines, seconds
+from cli.render import event_summary, message_line, seq_list
 from projectors.catalog import PROJECTIONS
 
 _TIMEOUT_HELP = "how long to wait for the broker before giving up (default 10)"
@@ -47,7 +49,7 @@ def register(commands: Any) -> None:
     tail.add_argument(
         "-n",
         "--lines",
-        type=int,
+        type=lines,
         default=20,
         metavar="N",
         help="entries to print before following (default 20; -1: all)",
@@ -62,8 +64,9 @@ def register(commands: Any) -> None:
     verify.add_argument("session")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
+        "--timeout", type=seconds, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
     )
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     verify.set_defaults(handler=_verify)
 
     replay = commands.add_parser(
@@ -77,8 +80,9 @@ def register(commands: Any) -> None:
     )
     replay.add_argument("--json", action="store_true", help="print the result as JSON")
     replay.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
+        "--timeout", type=seconds, default=10.0, metavar="SECONDS", help=_TIMEOUT_HELP
     )
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     replay.set_defaults(handler=_replay)
 
 
@@ -109,45 +113,63 @@ def _show(args: argparse.Namespace) -> int:
         return _follow(reader, args.session, -1, args.json)
     if args.projection == "surface":
         view = reader.surface(args.session)
+        _known(args.projection, args.session, view.applied, view.blocked)
         if args.json:
             print(json.dumps(view.to_json(), indent=2))
         else:
             _print_surface(view)
-        applied, blocked = view.applied, view.blocked
+        blocked = view.blocked
     elif args.projection == "transcript":
+        blocked = reader.blocked("transcript", args.session)
+        _known(args.projection, args.session, reader.transcript_applied(args.session), blocked)
         entries = reader.transcript(args.session)
         if args.json:
             print(json.dumps([e.event | {"kind": e.kind} for e in entries], indent=2))
         else:
             for e in entries:
                 _print_entry(e, False)
-        applied = reader.transcript_applied(args.session)
-        blocked = reader.blocked("transcript", args.session)
     else:
         audit = reader.audit(args.session)
+        _known(args.projection, args.session, audit.applied, audit.blocked)
         if args.json:
             print(json.dumps(audit.to_json(), indent=2))
         else:
             _print_audit(audit)
-        applied, blocked = audit.applied, audit.blocked
-    _check_session(args.projection, args.session, applied, blocked)
+        blocked = audit.blocked
+    if blocked is not None:
+        # What was printed is the view up to the block; the exit status says why it stops.
+        from cli.checks import blocked_message
+        from projectors.errors import SessionBlockedError
+
+        raise SessionBlockedError(blocked_message(args.projection, args.session, blocked))
+    _current(reader, args.projection, args.session)
     return 0
 
 
-def _check_session(
-    projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None
-) -> None:
-    """What was printed is all there is, and the exit status says why: blocked, or unknown."""
-    from cli.checks import blocked_message
-    from projectors.errors import SessionBlockedError
+def _current(reader: Any, projection: str, session_id: str) -> None:
+    """After printing: a read model under rebuild was printed as it stood, which may be stale,
+    and the exit status says so."""
+    from projectors.errors import SessionRebuildingError
 
-    if blocked is not None:
-        raise SessionBlockedError(blocked_message(projection, session_id, blocked))
-    if applied < 0:
-        raise SessionBlockedError(
+    mark = reader.rebuilding(projection, session_id)
+    if mark is not None:
+        since = time.strftime("%H:%M:%S", time.localtime(mark.get("since", 0) / 1000))
+        raise SessionRebuildingError(
+            f"the {projection} read model of session {session_id} is being rebuilt "
+            f"({mark.get('cause')}, since {since}): what was printed may be stale; run the "
+            "command again when the rebuild is done"
+        )
+
+
+def _known(projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None) -> None:
+    """Before anything is printed: an id the read model holds nothing of is an error, not an
+    empty model made up for it."""
+    from projectors.errors import SessionUnknownError
+
+    if applied < 0 and blocked is None:
+        raise SessionUnknownError(
             f"the {projection} read model has no events of session {session_id}: check the id, "
-            f"that `dsh project {projection}` runs (`dsh status`), and DSH_REDIS_URL",
-            code="SESSION_UNKNOWN",
+            f"that `dsh project {projection}` runs (`dsh status`), and DSH_REDIS_URL"
         )
 
 
@@ -166,6 +188,12 @@ def _tail(args: argparse.Namespace) -> int:
     )
     for e in shown:
         _print_entry(e, args.json)
+    if not entries and reader.blocked("transcript", args.session) is None:
+        print(
+            f"waiting for session {args.session}: its transcript has no entry yet (Ctrl-C to stop)",
+            file=sys.stderr,
+            flush=True,
+        )
     return _follow(reader, args.session, entries[-1].seq if entries else -1, args.json)
 
 
@@ -200,7 +228,7 @@ def _blocked_line(blocked: dict[str, Any]) -> str:
 def _print_surface(view: Any) -> None:
     print(
         f"applied seq {view.applied}; generations replace={view.replace_generation} "
-        f"content={view.content_generation}; nodes {view.nodes}"
+        f"content={view.content_generation}; {seq_list(view.nodes)}"
     )
     if view.blocked:
         print(_blocked_line(view.blocked))
@@ -232,8 +260,19 @@ def _verify(args: argparse.Namespace) -> int:
     from cli.endpoints import kafka_settings
 
     default_interpreters()
-    require_kafka(kafka_settings(), ("events",), args.timeout)
-    report = _services().verify_from_env(args.session)
+    kafka = kafka_settings()
+    require_kafka(kafka, ("events",), args.timeout)
+    from cli.progress import for_a_person
+
+    progress = for_a_person("records of its partition", not (args.json or args.no_progress))
+    report = _services().verify_from_env(args.session, progress)
+    if report.events == 0 and report.ok:
+        from projectors.errors import SessionUnknownError
+
+        raise SessionUnknownError(
+            f"the events topic {kafka.topic('events')} has no event of session "
+            f"{args.session}, and no read model has any: check the id and DSH_KAFKA_TOPIC_PREFIX"
+        )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif report.ok:
@@ -255,7 +294,10 @@ def _replay(args: argparse.Namespace) -> int:
     default_interpreters()
     require_kafka(kafka_settings(), ("events",), args.timeout)
     projections = PROJECTIONS if args.projection == "all" else (args.projection,)
-    result = _services().replay_from_env(projections, args.sessions, not args.json)
+    from cli.progress import for_a_person
+
+    progress = for_a_person("records", not (args.json or args.no_progress))
+    result = _services().replay_from_env(projections, args.sessions, progress)
     summary = {
         "sessions": result.sessions,
         "records": result.records,
@@ -267,7 +309,7 @@ def _replay(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(
-            f"\nreplayed {summary['records']} records of {summary['sessions']} sessions into "
+            f"replayed {summary['records']} records of {summary['sessions']} sessions into "
             f"{', '.join(projections)} in {summary['seconds']}s "
             f"({summary['recordsPerSecond']:,} records/s)"
         )

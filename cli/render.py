@@ -19,6 +19,20 @@ def _clip(s: str, width: int) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+def seq_list(seqs: list[int], most: int = 10) -> str:
+    """Seqs for a header line: all of a short list, the ends of a long one with the count."""
+    if len(seqs) <= most:
+        return f"{len(seqs)} {_seqs_word(seqs)} {seqs}"
+    half = most // 2
+    head = ", ".join(map(str, seqs[:half]))
+    tail = ", ".join(map(str, seqs[-half:]))
+    return f"{len(seqs):,} {_seqs_word(seqs)} [{head}, … {tail}]"
+
+
+def _seqs_word(seqs: list[int]) -> str:
+    return "node" if len(seqs) == 1 else "nodes"
+
+
 def message_line(message: Any, width: int = 88) -> str:
     parts = []
     for block in message.get("content", []):

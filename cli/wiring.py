@@ -15,10 +15,10 @@ from cli.endpoints import kafka_settings, redis_settings
 from projectors.catalog import build_projection
 from projectors.keys import Keys
 from projectors.read_api import Reader
-from projectors.replay import ReplayResult, progress_bar, replay
+from projectors.replay import ReplayResult, replay
 from projectors.runtime import Runtime
 from projectors.settings import ProjectorSettings
-from projectors.topic_reader import read_session
+from projectors.topic_reader import Progress, read_session
 from projectors.verify import Report, verify
 from servicekit.health import ServiceSettings, record_clean_exit
 from servicekit.interpreters import parse_interpreters
@@ -84,17 +84,18 @@ def reader_from_env() -> Reader:
     return Reader(redis_client(redis_settings()), Keys(settings.key_prefix))
 
 
-def verify_from_env(session_id: str) -> Report:
-    """``dsh verify``: the session's log from the events topic against the three read models."""
+def verify_from_env(session_id: str, progress: Progress | None = None) -> Report:
+    """``dsh verify``: the session's log from the events topic against the three read models.
+    ``progress(records, total)``: the scan of the session's partition."""
     settings = ProjectorSettings()
-    items = read_session(kafka_settings(), session_id)
+    items = read_session(kafka_settings(), session_id, progress=progress)
     return verify(session_id, items, reader_from_env(), parse_interpreters(settings.projections))
 
 
 def replay_from_env(
-    projections: Sequence[str], session_ids: Sequence[str], show_progress: bool
+    projections: Sequence[str], session_ids: Sequence[str], progress: Progress | None
 ) -> ReplayResult:
     settings = ProjectorSettings()
     kafka, redis = kafka_settings(), redis_settings()
     runtimes = [build_runtime(name, kafka, redis, settings) for name in projections]
-    return replay(kafka, runtimes, session_ids, progress_bar() if show_progress else None)
+    return replay(kafka, runtimes, session_ids, progress)

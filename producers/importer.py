@@ -160,6 +160,25 @@ def validate_locally(
         ) from exc
 
 
+def check_sizes(
+    session_id: str, events: Sequence[dsh.Event], max_event_bytes: int, origin: str
+) -> None:
+    """The writer's event-size limit, checked before anything is published: the writer would
+    refuse the event only after committing the ones before it."""
+    from producers.errors import PayloadTooLargeError
+    from schemas import encode_event
+
+    for event in events:
+        size = len(encode_event(event.to_json(), session_id))
+        if size > max_event_bytes:
+            raise PayloadTooLargeError(
+                f"{origin}: seq {event.seq} ({event.type}) is {size:,} bytes as an event, over "
+                f"the writer's limit of {max_event_bytes:,} (DSH_WRITER_MAX_EVENT_BYTES); "
+                "nothing was published",
+                code="EVENT_TOO_LARGE",
+            )
+
+
 def _wire(event: dsh.Event) -> dict[str, Any]:
     w = event.to_json()
     w.pop("time", None)
@@ -347,15 +366,21 @@ def import_file(
     progress: Progress | None = None,
     projections: Mapping[str, Interpreter] | None = None,
     writer_hint: str = WRITER_HINT,
+    max_event_bytes: int | None = None,
 ) -> ImportResult:
-    """Publish the session file at ``path`` as session ``session_id`` (default: the file's id)."""
+    """Publish the session file at ``path`` as session ``session_id`` (default: the file's id).
+    ``max_event_bytes``: the writer's limit (default: ``DSH_WRITER_MAX_EVENT_BYTES`` here)."""
     from producers.client import SessionClient
+    from producers.writer.settings import WriterSettings
 
     started = time.perf_counter()
     kafka = kafka or KafkaSettings()
     header, events, file_hash = read_session_file(path)
     target = session_id or header.id
     validate_locally(target, events, str(path), projections)
+    if max_event_bytes is None:
+        max_event_bytes = WriterSettings().max_event_bytes
+    check_sizes(target, events, max_event_bytes, str(path))
     # Fails in ``connect_timeout`` naming the fix; the client's own check waits longer.
     topics = [kafka.topic(n) for n in ("commands", "events", "replies")]
     partition_counts(kafka, topics, connect_timeout, quiet=True)

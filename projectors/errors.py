@@ -32,3 +32,17 @@ class SessionBlockedError(ProjectorError):
 @register_error
 class VerifyMismatchError(ProjectorError):
     default_code = "VERIFY_MISMATCH"
+
+
+@register_error
+class SessionUnknownError(ProjectorError):
+    """No event of that session id: not in the read model, or not in the events topic."""
+
+    default_code = "SESSION_UNKNOWN"
+
+
+@register_error
+class SessionRebuildingError(ProjectorError):
+    """A read model read while a rebuild of it is under way: what was read may be stale."""
+
+    default_code = "SESSION_REBUILDING"

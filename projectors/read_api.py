@@ -153,6 +153,15 @@ class Reader:
             blocked=_blocked(meta),
         )
 
+    def rebuilding(self, projection: str, session_id: str) -> dict[str, Any] | None:
+        """The mark of a rebuild under way (``cause``, ``since`` in ms), of this session or of
+        every session; None when none is."""
+        for key in (self.keys.rebuilding(projection, session_id), self.keys.rebuilding(projection)):
+            raw = self.client.get(key)
+            if raw is not None:
+                return dict(json.loads(raw))
+        return None
+
     def blocked(self, projection: str, session_id: str) -> dict[str, Any] | None:
         raw = self.client.hget(self.keys.meta(projection, session_id), "blocked")
         return None if raw is None else dict(json.loads(raw))

@@ -14,27 +14,22 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from projectors.errors import ProjectorError
 from projectors.records import Poison, Record
 from projectors.runtime import Runtime
-from projectors.topic_reader import scan_partitions
-from servicekit import kafka_clients
+from projectors.topic_reader import Progress, offsets_in, scan_partitions
 from servicekit.gc_tuning import young_gc_threshold
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
-
-Progress = Callable[[int, int], None]
 
 
 @dataclass
@@ -47,21 +42,6 @@ class ReplayResult:
     @property
     def records_per_second(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
-
-
-def _watermarks(kafka: KafkaSettings, topic: str, partitions: int) -> list[tuple[int, int]]:
-    consumer = kafka_clients.reader(kafka)
-    try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            for p in range(partitions)
-        ]
-    finally:
-        consumer.close()
-
-
-def _records_in(kafka: KafkaSettings, topic: str, partitions: int) -> int:
-    return sum(max(high - low, 0) for low, high in _watermarks(kafka, topic, partitions))
 
 
 def replay(
@@ -93,15 +73,18 @@ def _replay(
         for p, sids in by_partition.items():
             found: dict[str, list[Record | Poison]] = {sid: [] for sid in sids}
             ends: dict[int, int] = {}
-            for item in scan_partitions(kafka, topic, [p], on_end=ends.__setitem__):
-                if item.session_id in found:
-                    found[item.session_id].append(item)
-            records += sum(len(items) for items in found.values())
-            sessions += len(found)
-            applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
-            _catch_up(kafka, runtimes, ends, sids)
+            with ExitStack() as marks:
+                for rt in runtimes:
+                    marks.enter_context(rt.rebuilds.marked(sids, "replay"))
+                for item in scan_partitions(kafka, topic, [p], on_end=ends.__setitem__):
+                    if item.session_id in found:
+                        found[item.session_id].append(item)
+                records += sum(len(items) for items in found.values())
+                sessions += len(found)
+                applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
+                _catch_up(kafka, runtimes, ends, sids)
     else:
-        total = _records_in(kafka, topic, partitions)
+        total = offsets_in(kafka, topic, range(partitions))
         workers = _worker_count(runtimes, partitions)
         if workers > 1:
             sessions, records, applied = _in_workers(
@@ -143,7 +126,7 @@ def _replay_partitions(
         if progress is not None and records % 10_000 == 0:
             progress(records, total)
     if progress is not None:
-        progress(records, total)
+        progress(records, records)  # the estimate counted transaction markers too
     _catch_up(kafka, runtimes, ends, None)
     return sessions, records, applied
 
@@ -223,7 +206,7 @@ def _in_workers(
         )
     sessions, records, applied = totals
     if progress is not None:
-        progress(records, total)
+        progress(records, records)  # the estimate counted transaction markers too
     return sessions, records, applied
 
 
@@ -247,17 +230,3 @@ def _worker(
         results.send(("error", f"partitions {list(partitions)}: {type(exc).__name__}: {exc}"))
         raise
     results.send(("ok", *outcome))
-
-
-def progress_bar(stream: Any = sys.stderr, width: int = 40) -> Progress:
-    started = time.perf_counter()
-
-    def show(done: int, total: int) -> None:
-        filled = width if total <= 0 else min(width, width * done // total)
-        rate = done / max(time.perf_counter() - started, 1e-9)
-        stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} records {rate:,.0f}/s"
-        )
-        stream.flush()
-
-    return show

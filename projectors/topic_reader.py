@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
+from confluent_kafka import TopicPartition
+
 from projectors.records import Poison, Record, decode
 from servicekit import kafka_clients
 from servicekit.partition_reader import NOW, read_partitions
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
+
+Progress = Callable[[int, int], None]
 
 
 def scan_partitions(
@@ -40,20 +44,49 @@ def scan_partitions(
         consumer.close()
 
 
+def offsets_in(kafka: KafkaSettings, topic: str, partitions: Iterable[int]) -> int:
+    """Offsets the partitions hold now: an estimate of their records from above (transaction
+    markers and aborted records take offsets too), for a progress bar."""
+    consumer = kafka_clients.reader(kafka)
+    try:
+        marks = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions
+        ]
+    finally:
+        consumer.close()
+    return sum(max(high - low, 0) for low, high in marks)
+
+
 def read_sessions(
-    kafka: KafkaSettings, topic: str, partition: int, session_ids: Collection[str]
+    kafka: KafkaSettings,
+    topic: str,
+    partition: int,
+    session_ids: Collection[str],
+    progress: Progress | None = None,
 ) -> dict[str, list[Record | Poison]]:
+    """``progress(records, total)`` as the partition is scanned; last with the real count."""
     wanted = set(session_ids)
     out: dict[str, list[Record | Poison]] = {sid: [] for sid in wanted}
+    total = offsets_in(kafka, topic, [partition]) if progress is not None else 0
+    records = 0
     for item in scan_partitions(kafka, topic, [partition]):
+        records += 1
         if item.session_id in wanted:
             out[item.session_id].append(item)
+        if progress is not None and records % 10_000 == 0:
+            progress(records, total)
+    if progress is not None:
+        progress(records, records)
     return out
 
 
 def read_session(
-    kafka: KafkaSettings, session_id: str, topic: str | None = None
+    kafka: KafkaSettings,
+    session_id: str,
+    topic: str | None = None,
+    progress: Progress | None = None,
 ) -> list[Record | Poison]:
     topic = topic or kafka.topic("events")
     count = partition_counts(kafka, [topic], 10.0)[topic]
-    return read_sessions(kafka, topic, partition_for(session_id, count), [session_id])[session_id]
+    partition = partition_for(session_id, count)
+    return read_sessions(kafka, topic, partition, [session_id], progress)[session_id]

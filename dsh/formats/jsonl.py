@@ -6,7 +6,9 @@ Reading migrates any older version to v3; writing only ever produces v3.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,9 @@ def replace_atomically(path: PathLike, chunks: Iterable[bytes]) -> None:
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        # mkstemp makes the file 0600; the file it replaces keeps its mode, a new one gets
+        # what open() would give it (0666 less the umask).
+        os.fchmod(fd, _mode_for(target))
         with os.fdopen(fd, "wb") as fh:
             for chunk in chunks:
                 fh.write(chunk)
@@ -139,6 +144,20 @@ def replace_atomically(path: PathLike, chunks: Iterable[bytes]) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_directory(target.parent)
+
+
+_umask_lock = threading.Lock()
+
+
+def _mode_for(target: Path) -> int:
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        pass
+    with _umask_lock:  # the umask can only be read by setting it
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 def fsync_directory(directory: PathLike) -> None:

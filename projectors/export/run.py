@@ -264,6 +264,6 @@ def _run(
                 part.discard()
         raise
     if progress is not None:
-        progress(result.records, total)
+        progress(result.records, result.records)  # the estimate counted transaction markers
     result.files = sorted(part.final_name for part in done)
     result.ranges = {p: r for p, r in ranges.items() if r[0] < r[1]}

@@ -8,9 +8,12 @@ a reader sees the old projection or the new one, never a mix.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from dsh.errors import SessionError
@@ -28,6 +31,10 @@ from servicekit.settings import KafkaSettings
 
 S = TypeVar("S")
 log = logging.getLogger("projectors")
+
+# A rebuild's marks outlive a process that died during it by at most this long; a rebuild
+# deletes them when it ends.
+MARK_TTL_S = 3600
 
 
 class Rebuilds(Generic[S]):
@@ -63,7 +70,26 @@ class Rebuilds(Generic[S]):
                     cause,
                     extra={"session": sid, "partition": partition, "cause": cause},
                 )
-            self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
+            with self.marked(sids, cause):
+                self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
+
+    @contextmanager
+    def marked(self, sids: Collection[str] | None, cause: str) -> Iterator[None]:
+        """Readers see that the sessions (None: every session) are being rebuilt until this
+        ends: until then they are served what was there before, which may be stale."""
+        keys = (
+            [self.keys.rebuilding(self.name)]
+            if sids is None
+            else [self.keys.rebuilding(self.name, sid) for sid in sids]
+        )
+        mark = json.dumps({"cause": cause, "since": int(time.time() * 1000)})
+        link = self.store.link
+        # One command per key: on a cluster each session's key lives in its own slot.
+        raise_errors(link.round_trip([("SET", key, mark, "EX", MARK_TTL_S) for key in keys]))
+        try:
+            yield
+        finally:
+            raise_errors(link.round_trip([("DEL", key) for key in keys]))
 
     def catch_up(self, items: Sequence[Record | Poison]) -> None:
         """Apply records read after :meth:`rebuild_logs` wrote their sessions, the way the

@@ -30,6 +30,7 @@ from interpreters import OFFLOAD_SPEC, offload_images
 from producers import SessionClient
 from projectors.keys import Keys
 from projectors.read_api import Reader
+from projectors.topic_reader import read_session
 from servicekit.settings import KafkaSettings
 from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS
@@ -169,11 +170,15 @@ def test_verify_and_replay_report_as_json(pipeline: Pipeline) -> None:
 
 
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    assert proc.stdout is not None
+    return _lines_of(proc.stdout)
+
+
+def _lines_of(stream: Any) -> queue.Queue[str]:
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in stream:
             lines.put(line)
 
     threading.Thread(target=pump, daemon=True).start()
@@ -249,6 +254,73 @@ def test_errors_name_the_fix(pipeline: Pipeline) -> None:
 
     unknown = _dsh(env, "show", "surface", "no-such-session")
     assert unknown.returncode == 1 and "dsh: error [SESSION_UNKNOWN]" in unknown.stderr
+
+
+def test_verify_reports_progress_through_the_partition_and_ends_at_the_real_count(
+    pipeline: Pipeline,
+) -> None:
+    calls: list[tuple[int, int]] = []
+    items = read_session(
+        pipeline.kafka, pipeline.run.session_id, progress=lambda d, t: calls.append((d, t))
+    )
+    assert len(items) == pipeline.run.script.last_seq + 1
+    done, total = calls[-1]
+    assert done == total >= len(items)  # the bar ends full, at the records really read
+
+
+def test_show_during_a_rebuild_says_what_it_printed_may_be_stale(pipeline: Pipeline) -> None:
+    from pydantic import SecretStr
+
+    from cli.wiring import build_runtime
+    from projectors.settings import ProjectorSettings
+    from servicekit.settings import RedisSettings
+
+    sid = pipeline.run.session_id
+    runtime = build_runtime(
+        "surface",
+        pipeline.kafka,
+        RedisSettings(url=SecretStr(pipeline.redis_url)),
+        ProjectorSettings(key_prefix=pipeline.key_prefix),
+    )
+    with runtime.rebuilds.marked([sid], "test"):
+        shown = _dsh(pipeline.env, "show", "surface", sid)
+        assert shown.returncode == 1
+        assert "applied seq" in shown.stdout  # the view as it stands is still printed
+        assert "dsh: error [SESSION_REBUILDING]" in shown.stderr and "(test, since" in shown.stderr
+        other = _dsh(pipeline.env, "show", "transcript", sid)
+        assert other.returncode == 0  # only the surface is being rebuilt
+    assert _dsh(pipeline.env, "show", "surface", sid).returncode == 0
+
+
+def test_an_unknown_session_is_an_error_everywhere(pipeline: Pipeline) -> None:
+    """No command makes up an answer for an id it does not know: `show` prints nothing,
+    `verify` does not call nothing a match, and `tail` says what it is waiting for."""
+    env = pipeline.env
+    for projection in ("surface", "transcript", "audit"):
+        shown = _dsh(env, "show", projection, "nope-xyz")
+        assert shown.returncode == 1, projection
+        assert shown.stdout == "", projection
+        assert "dsh: error [SESSION_UNKNOWN]" in shown.stderr, projection
+    verified = _dsh(env, "verify", "nope-xyz")
+    assert verified.returncode == 1
+    assert "dsh: error [SESSION_UNKNOWN]" in verified.stderr and "match" not in verified.stdout
+    as_json = _dsh(env, "verify", "nope-xyz", "--json")
+    assert as_json.returncode == 1 and "[SESSION_UNKNOWN]" in as_json.stderr
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "tail", "nope-xyz"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        said = _lines_of(proc.stderr).get(timeout=30)
+        assert "waiting for session nope-xyz" in said
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_a_blocked_session_is_an_error_saying_why(servers: Any) -> None:

@@ -23,7 +23,7 @@ import dsh
 from cli import main
 from deploy.local.processes import free_ports
 from dsh.formats import read_jsonl, write_jsonl
-from producers import SessionClient
+from producers import PayloadTooLargeError, SessionClient
 from producers.importer import (
     ImportRejectedError,
     SessionExistsError,
@@ -260,7 +260,11 @@ def test_import_is_idempotent_resumes_a_prefix_and_refuses_a_different_session(
 
 
 def test_cli_import_prints_the_session_and_a_writer_rejection_names_class_code_and_seq(
-    tmp_path: Path, cli_env: KafkaSettings, client: SessionClient, capsys: Any
+    tmp_path: Path,
+    cli_env: KafkaSettings,
+    client: SessionClient,
+    capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sid = _sid("cli")
     assert main(["import", str(FORMATS / "v1_attempts.jsonl"), "--session-id", sid, "--json"]) == 0
@@ -285,6 +289,17 @@ def test_cli_import_prints_the_session_and_a_writer_rejection_names_class_code_a
     ]
     path = _write_lines(tmp_path / "big.jsonl", lines)
     big = _sid("big")
+    # Checked against the writer's limit first: refused whole, before anything is published.
+    with pytest.raises(PayloadTooLargeError) as local:
+        import_file(path, kafka=cli_env, session_id=big, max_event_bytes=MAX_EVENT_BYTES)
+    assert local.value.code == "EVENT_TOO_LARGE" and "seq 1 (user/message)" in local.value.message
+    assert len(client.read(big)) == 0
+    # The same through the CLI, which takes the limit from the writer's setting.
+    monkeypatch.setenv("DSH_WRITER_MAX_EVENT_BYTES", str(MAX_EVENT_BYTES))
+    assert main(["import", str(path), "--session-id", big]) == 1
+    assert "[EVENT_TOO_LARGE]" in capsys.readouterr().err and len(client.read(big)) == 0
+    monkeypatch.delenv("DSH_WRITER_MAX_EVENT_BYTES")
+    # A writer with a lower limit than the importer knows still refuses, at that event.
     with pytest.raises(ImportRejectedError) as info:
         import_file(path, kafka=cli_env, session_id=big)
     err = info.value

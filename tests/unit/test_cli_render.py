@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cli.render import event_summary, message_line
+from cli.render import event_summary, message_line, seq_list
 
 
 def test_a_message_prints_its_text_calls_and_results_in_one_line() -> None:
@@ -37,3 +37,10 @@ def test_an_event_without_a_message_prints_its_data() -> None:
         "data": {"role": "user", "content": [{"type": "text", "text": "hi"}]},
     }
     assert event_summary(user) == "hi"
+
+
+def test_a_long_list_of_nodes_prints_its_count_and_ends() -> None:
+    assert seq_list([0, 3, 4]) == "3 nodes [0, 3, 4]"
+    assert seq_list([7]) == "1 node [7]"
+    big = seq_list(list(range(66_668)))
+    assert big == "66,668 nodes [0, 1, 2, 3, 4, … 66663, 66664, 66665, 66666, 66667]"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +244,20 @@ def test_a_session_written_and_read_back_restores_equal(tmp_path: Path) -> None:
     restored = dsh.Session.from_restore("s", events)
     assert restored.surface.nodes == session.surface.nodes
     assert restored.derive_messages() == session.derive_messages()
+
+
+def test_a_written_file_has_the_mode_open_would_give_it(tmp_path: Path) -> None:
+    """Not mkstemp's 0600: a session file is shared like any file the user writes; a file
+    replaced keeps its own mode."""
+    session = dsh.Session.create("modes")
+    session.append("session/title", {"title": "t"})
+    old = os.umask(0o027)
+    try:
+        fresh = tmp_path / "fresh.jsonl"
+        write_jsonl(fresh, session.id, session.events())
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o640
+        fresh.chmod(0o604)
+        write_jsonl(fresh, session.id, session.events())
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o604
+    finally:
+        os.umask(old)

@@ -1,0 +1,64 @@
+"""`dsh` as a newcomer types it: bare, with a typo, with a nonsense value, piped into `head`.
+Each runs the real command in a subprocess; none needs Kafka or Redis."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _dsh(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_dsh_alone_prints_the_help() -> None:
+    done = _dsh()
+    assert done.returncode == 0, done.stderr
+    assert "dsh demo" in done.stdout and "dsh verify SESSION" in done.stdout
+
+
+def test_an_unknown_flag_is_named() -> None:
+    done = _dsh("--bogus")
+    assert done.returncode == 2
+    assert "--bogus" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("verify", "s", "--timeout", "-1"),
+        ("verify", "s", "--timeout", "0"),
+        ("replay", "--timeout", "nan"),
+        ("import", "f.jsonl", "--timeout", "inf"),
+        ("export", "dir", "--timeout", "-5"),
+        ("demo", "--timeout", "-1"),
+        ("tail", "s", "-n", "-2"),
+    ],
+)
+def test_a_nonsense_number_is_refused_naming_the_option(args: tuple[str, ...]) -> None:
+    done = _dsh(*args)
+    assert done.returncode == 2, done.stderr
+    option = args[-2]
+    assert f"argument {option}" in done.stderr or option in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """`dsh settings | head -1`: the reader goes away; no BrokenPipeError traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "settings"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line, as `head -0` would be
+    err = proc.stderr.read()
+    assert proc.wait(60) in (0, 141), err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
