@@ -37,12 +37,6 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from agents.memory.session_settings import (
-    SessionSettings,
-    coerce_session_settings,
-    resolve_session_limit,
-)
-
 import dsh
 from dsh.errors import ValidationError
 from dsh.projections import Interpreter
@@ -57,6 +51,7 @@ from schemas import draft
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
 
     from producers.client import SessionClient
 
@@ -91,6 +86,9 @@ class DshAgentsSession:
         ``reader``: how a session is read as committed now (default ``client.read``, with
         ``interpreters``: a session that logged a message projection restores only with its
         interpreter)."""
+        # The SDK is imported when a session is made, not with this module (it is large).
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+
         self.session_id = session_id
         self.client = client
         self.session_settings = (
@@ -135,6 +133,8 @@ class DshAgentsSession:
         return self._reader(self.session_id)
 
     def _get_items(self, limit: int | None) -> list[TResponseInputItem]:
+        from agents.memory.session_settings import resolve_session_limit
+
         items = surface_items(self._read())
         n = resolve_session_limit(limit, self.session_settings)
         if n is not None:
