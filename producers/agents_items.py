@@ -14,12 +14,20 @@ event so items round-trip (the ``Session`` adapter on top is ``producers.agents_
 - Anything else (hosted tool calls, file inputs, URL images, …) is refused with
   ``UNSUPPORTED_ITEM``: model-visible means logged, and there is no faithful event for it.
 
-Back from the surface, reasoning blocks give no item: the SDK cannot replay them without the
-provider's encrypted content, which the vocabulary does not hold.
+Each surface event also carries the SDK item exactly as it was added, in ``meta`` (the data's
+``meta`` field; for ``user/message``, whose data is the message, the message's), under
+``{"openai-agents": {"item": …}}``. The vocabulary keeps extra fields (``dsh.vocabulary``) and
+the codec encodes them losslessly, so the message stays valid vocabulary for every projection
+while the SDK gets back the very item it added. Back from the surface (:func:`surface_items`),
+a node whose message is still the one logged gives its original item; a node some other
+producer wrote, or whose message a replace or message projection changed, is mapped back from
+its message, where reasoning blocks give no item (the SDK could not replay them without the
+provider's encrypted content).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +35,7 @@ import dsh
 from dsh.errors import ValidationError, register_error
 
 PLUGIN = "openai-agents"
+META_KEY = "meta"  # where a surface event keeps the SDK item it came from: meta[PLUGIN]["item"]
 _SDK_ID_PREFIXES = ("msg_", "fc_", "rs_")  # ids the Responses API gave; ours are dropped
 
 
@@ -101,6 +110,7 @@ class Planner:
         kind = item.get("type", "message")
         role = item.get("role")
         next_id = f"dsh-{len(self.local)}"
+        meta = {PLUGIN: {"item": _plain(item)}}
         if kind == "message" and role == "user":
             if self.has_output:
                 self.close_turn()
@@ -111,22 +121,24 @@ class Planner:
                 "role": "user",
                 "content": content,
                 "source": {"kind": "user"},
+                META_KEY: meta,
             }
             self.append("user/message", message, "append")
         elif kind == "message" and role in ("system", "developer"):
             self.open_step()
             plugin = PLUGIN if role == "system" else f"{PLUGIN}:developer"
             content = _input_content(item.get("content"))
-            self.append("system/message", self.system_data(next_id, content, plugin), "append")
+            data = {**self.system_data(next_id, content, plugin), META_KEY: meta}
+            self.append("system/message", data, "append")
         elif kind == "message" and role == "assistant":
             self.model_step()
             content = _output_content(item.get("content"))
-            self._assistant(item.get("id") or next_id, content)
+            self._assistant(item.get("id") or next_id, content, meta)
         elif kind == "function_call":
             self.model_step()
             call_id, name, arguments = item["call_id"], item["name"], item.get("arguments", "")
             block = {"type": "tool-call", "id": call_id, "name": name, "arguments": arguments}
-            self._assistant(item.get("id") or next_id, [block])
+            self._assistant(item.get("id") or next_id, [block], meta)
             call = self.append(
                 "tool/call",
                 {
@@ -154,22 +166,30 @@ class Planner:
                 "content": [{**block, "isError": False}],
                 "source": {"kind": "tool", "callId": call_id},
             }
-            data = {"turn": self.turn, "step": self.step, "message": message}
+            data = {"turn": self.turn, "step": self.step, "message": message, META_KEY: meta}
             self.append("tool/result", data, "append", [self.calls[call_id]])
             self.has_results = True
         elif kind == "reasoning":
             self.model_step()
             summary = [s.get("text", "") for s in item.get("summary") or ()]
-            blocks = [{"type": "reasoning", "text": t} for t in summary]
-            self._assistant(item.get("id") or next_id, blocks)
+            # At least one block: a message with no content projects to nothing, and the item
+            # would not come back.
+            blocks = [{"type": "reasoning", "text": t} for t in summary or [""]]
+            self._assistant(item.get("id") or next_id, blocks, meta)
         else:
             raise UnsupportedItemError(
                 f"item type {kind!r} (role {role!r}) has no faithful event in the vocabulary"
             )
 
-    def _assistant(self, message_id: str, content: list[Any]) -> None:
+    def _assistant(self, message_id: str, content: list[Any], meta: Any) -> None:
         message = {"id": message_id, "role": "assistant", "content": content, "source": self.source}
-        data = {"turn": self.turn, "step": self.step, "message": message, "stream": []}
+        data = {
+            "turn": self.turn,
+            "step": self.step,
+            "message": message,
+            "stream": [],
+            META_KEY: meta,
+        }
         self.append("assistant/message", data, "append")
 
 
@@ -216,24 +236,37 @@ def _last_step(s: dsh.Session) -> int:
     return step
 
 
-def message_of(s: dsh.Session, seq: int) -> Any:
-    for message, node in zip(_messages_by_node(s), s.surface.nodes, strict=False):
-        if node == seq:
-            return message
-    return None
-
-
-def _messages_by_node(s: dsh.Session) -> list[Any]:
-    """One entry per surface node (None where the node projects to no message)."""
+def node_items(s: dsh.Session) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Each surface node with the SDK items it gives (none where it projects to nothing)."""
     messages = iter(s.derive_messages())
-    out: list[Any] = []
+    out: list[tuple[int, list[dict[str, Any]]]] = []
     for seq in s.surface.nodes:
         ev = s.event(seq)
-        data = ev.data
-        raw = data if ev.type == "user/message" else data.get("message")
-        empty = ev.type in ("system/message", "assistant/message") and not raw["content"]
-        out.append(None if empty else next(messages))
+        logged = ev.data if ev.type == "user/message" else ev.data.get("message")
+        if ev.type in ("system/message", "assistant/message") and not logged["content"]:
+            out.append((seq, []))  # projects to no message
+            continue
+        message = next(messages)
+        out.append((seq, _items_of(ev, logged, message)))
     return out
+
+
+def surface_items(s: dsh.Session) -> list[dict[str, Any]]:
+    """What the model is sent next, as the SDK's input items."""
+    return [item for _, items in node_items(s) for item in items]
+
+
+def _items_of(ev: dsh.Event, logged: Any, message: Any) -> list[dict[str, Any]]:
+    holder = ev.data
+    original = holder.get(META_KEY, {}).get(PLUGIN, {}).get("item")
+    if isinstance(original, Mapping) and message == logged:
+        return [_plain(original)]
+    return message_items(message)
+
+
+def _plain(value: Any) -> Any:
+    """A plain, mutable JSON copy (the SDK may change the items it is given)."""
+    return json.loads(json.dumps(value))
 
 
 # -- content and items ------------------------------------------------------------------------

@@ -3,15 +3,18 @@
 ``Runner.run(agent, input, session=DshAgentsSession(session_id, client))`` keeps the
 conversation in ``dsh.session.events``, validated by the writer like any other append, so
 every projection (surface, transcript, audit), ``dsh verify`` and compaction apply to it.
-Each SDK input item is one event (the mapping: ``producers.agents_items``).
+Each SDK input item is one event (the mapping: ``producers.agents_items``), and the event
+carries the item as it was added, so ``get_items`` gives back exactly what was added.
 
 ``get_items`` returns the *surface* — what the model sees next — so a compaction appended by
-any service replaces the history the SDK sends; reasoning items are not returned (the SDK
-cannot replay them without the provider's encrypted content, which the vocabulary does not
-hold). The items come from a local copy of the session: restored from the events topic once,
-then kept in step by this object's own appends, each sent with ``expected_seq`` so a session
-someone else appended to meanwhile is refused (EXPECTED_SEQ_MISMATCH), never forked silently;
-the copy is then re-read from the topic (also on :meth:`refresh`).
+any service replaces the history the SDK sends. Like the SDK's own backends, there is no
+private copy: every call reads the session as committed now (:meth:`_read`, the one read path)
+and plans its appends on that read; a batch is one all-or-nothing command sent with
+``expected_seq``, so if another producer appended in between it is refused whole
+(EXPECTED_SEQ_MISMATCH), read again and planned again, never forked.
+
+Every call runs its blocking work in a worker thread under a ``threading.Lock`` of this
+object, so one instance is safe from any thread and any event loop.
 
 An append-only log cannot delete, so:
 
@@ -30,13 +33,21 @@ Both need an open turn and step (``system/message`` names them); they open one i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, cast
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import dsh
+from dsh.errors import ValidationError
 from dsh.projections import Interpreter
-from producers.agents_items import PLUGIN, Planner, UnsupportedItemError, message_items, message_of
+from producers.agents_items import (
+    PLUGIN,
+    Planner,
+    UnsupportedItemError,
+    node_items,
+    surface_items,
+)
+from schemas import draft
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -45,6 +56,11 @@ if TYPE_CHECKING:
     from producers.client import SessionClient
 
 __all__ = ["DshAgentsSession", "UnsupportedItemError"]
+
+# A refused append (another producer appended in between) is planned again on a fresh read, at
+# most this many times in all.
+ATTEMPTS = 5
+_T = TypeVar("_T")
 
 
 class DshAgentsSession:
@@ -57,124 +73,140 @@ class DshAgentsSession:
         session_id: str,
         client: SessionClient,
         *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         provider: str = "openai",
         model: str = "unknown",
         interpreters: Mapping[str, Interpreter] | None = None,
         timeout_s: float | None = None,
+        reader: Callable[[str], dsh.Session] | None = None,
     ) -> None:
+        """``session_settings``: as the SDK's backends take it (a dict is normalised, unknown
+        keys are a ``TypeError``); its ``limit`` is ``get_items``' default.
+
+        ``reader``: how a session is read as committed now (default ``client.read``, with
+        ``interpreters``: a session that logged a message projection restores only with its
+        interpreter)."""
+        # The SDK is imported when a session is made, not with this module (it is large).
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+
         self.session_id = session_id
         self.client = client
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
         self.source = {"kind": "model", "provider": provider, "model": model}
         self.timeout_s = timeout_s
-        # A session that logged a message projection restores only with its interpreter
-        # (None: the client's own).
-        self._interpreters = interpreters
-        self._local: dsh.Session | None = None
-        self._lock = asyncio.Lock()
+        self._reader = reader or (lambda sid: client.read(sid, None, interpreters))
+        # Held by worker threads, never by an event loop: no asyncio primitive is shared
+        # across loops.
+        self._lock = threading.Lock()
 
     # -- the Session protocol -------------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        async with self._lock:
-            local = await self._session()
-            items = [item for m in local.derive_messages() for item in message_items(m)]
-        if limit is not None:
-            items = items[-limit:] if limit > 0 else []
-        return cast("list[TResponseInputItem]", items)
+        return await self._call(self._get_items, limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        if not items:
-            return
-        async with self._lock:
-            plan = Planner(await self._session(), self.source)
-            try:
-                for item in items:
-                    plan.item(cast(Mapping[str, Any], item))
-            except BaseException:
-                # The local copy took the items before the refused one: drop it (re-read on
-                # next use). Nothing was sent: the batch is all-or-nothing.
-                self._local = None
-                raise
-            await self._send(self._futures(plan))
+        if items:
+            await self._call(self._add_items, list(items))
 
     async def pop_item(self) -> TResponseInputItem | None:
-        async with self._lock:
-            local = await self._session()
-            for seq in reversed(local.surface.nodes):
-                message = message_of(local, seq)
-                popped = message_items(message) if message is not None else []
-                if popped:
-                    break
-            else:
-                return None
-            plan = Planner(local, self.source)
-            plan.open_step()
-            plan.append(
-                "system/message",
-                plan.system_data(f"pop-{len(local)}", []),
-                dsh.Replace(seq, seq),
-                [seq],
-            )
-            await self._send(self._futures(plan))
-        return cast("TResponseInputItem", popped[-1])
+        return await self._call(self._pop_item)
 
     async def clear_session(self) -> None:
-        async with self._lock:
-            local = await self._session()
-            nodes = list(local.surface.nodes)
+        await self._call(self._clear_session)
+
+    # -- the blocking work, one call at a time per instance -------------------------------
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                return fn(*args)
+
+        return await asyncio.to_thread(locked)
+
+    def _read(self) -> dsh.Session:
+        """The session as committed now: the one read path (a cheaper read-your-writes source
+        can replace ``reader``)."""
+        return self._reader(self.session_id)
+
+    def _get_items(self, limit: int | None) -> list[TResponseInputItem]:
+        from agents.memory.session_settings import resolve_session_limit
+
+        items = surface_items(self._read())
+        n = resolve_session_limit(limit, self.session_settings)
+        if n is not None:
+            items = items[-n:] if n > 0 else []
+        return cast("list[TResponseInputItem]", items)
+
+    def _add_items(self, items: list[TResponseInputItem]) -> None:
+        def plan(p: Planner) -> None:
+            for item in items:
+                p.item(cast(Mapping[str, Any], item))
+
+        self._append(plan)
+
+    def _pop_item(self) -> TResponseInputItem | None:
+        popped: list[Any] = []
+
+        def plan(p: Planner) -> None:
+            popped.clear()
+            found = next(((seq, it) for seq, it in reversed(node_items(p.local)) if it), None)
+            if found is None:
+                return
+            seq, items = found
+            popped.append(items[-1])
+            p.open_step()
+            data = p.system_data(f"pop-{len(p.local)}", [])
+            p.append("system/message", data, dsh.Replace(seq, seq), [seq])
+
+        self._append(plan)
+        return cast("TResponseInputItem", popped[0]) if popped else None
+
+    def _clear_session(self) -> None:
+        def plan(p: Planner) -> None:
+            local = p.local
             if not local.derive_messages():
                 return  # the model already sees nothing
-            plan = Planner(local, self.source)
-            plan.open_step()
-            plan.append("compaction/start", {"reason": "clear_session", "plugin": PLUGIN})
+            nodes = list(local.surface.nodes)
+            p.open_step()
+            p.append("compaction/start", {"reason": "clear_session", "plugin": PLUGIN})
             ranges = [nodes]
             if local.event(nodes[0]).type == "system/message" and len(nodes) > 1:
                 ranges = [nodes[:1], nodes[1:]]  # node 0 may only be replaced on its own
             for hidden in ranges:
-                plan.append(
+                p.append(
                     "system/message",
-                    plan.system_data(f"clear-{len(local)}", []),
+                    p.system_data(f"clear-{len(local)}", []),
                     dsh.Replace(hidden[0], hidden[-1]),
                     hidden,
                 )
-            plan.append("compaction/end", {"reason": "clear_session", "replaced": len(nodes)})
-            await self._send(self._futures(plan))
+            p.append("compaction/end", {"reason": "clear_session", "replaced": len(nodes)})
 
-    # -- the local copy -------------------------------------------------------------------
+        self._append(plan)
 
-    async def refresh(self) -> None:
-        """Re-read the session from the events topic (e.g. after another service appended)."""
-        async with self._lock:
-            self._local = None
-            await self._session()
-
-    async def _session(self) -> dsh.Session:
-        if self._local is None:
-            self._local = await asyncio.to_thread(
-                self.client.read, self.session_id, None, self._interpreters
-            )
-        return self._local
-
-    async def _send(self, futures: Sequence[Future[Any]]) -> None:
-        """Wait for the writer's answer to every append; on any failure the local copy may be
-        ahead of the log, so it is dropped (re-read on next use) before the error propagates."""
-        try:
-            for future in futures:
-                await asyncio.wrap_future(future)
-        except BaseException:
-            self._local = None
-            raise
-
-    def _futures(self, plan: Planner) -> list[Future[Any]]:
-        return [
-            self.client.append_async(
-                self.session_id,
-                type_,
-                data,
-                surface_op=op,
-                source_event_seqs=sources,
-                expected_seq=seq,
-                timeout=self.timeout_s,
-            )
-            for type_, data, op, sources, seq in plan.drafts
-        ]
+    def _append(self, plan: Callable[[Planner], None]) -> None:
+        """Plan on a fresh read (the read copy checks every event and gives its seq), then send
+        the plan as one all-or-nothing command expecting that seq; planned again if another
+        producer appended in between."""
+        for attempt in range(1, ATTEMPTS + 1):
+            local = self._read()
+            start = len(local)
+            planner = Planner(local, self.source)
+            plan(planner)  # raises before anything is sent: the batch is all-or-nothing
+            if not planner.drafts:
+                return
+            drafts = [
+                draft(type_, data, surface_op=op, source_event_seqs=sources)
+                for type_, data, op, sources, _ in planner.drafts
+            ]
+            try:
+                self.client.append_many(
+                    self.session_id, drafts, expected_seq=start, timeout=self.timeout_s
+                )
+                return
+            except ValidationError as exc:
+                if exc.code != "EXPECTED_SEQ_MISMATCH" or attempt == ATTEMPTS:
+                    raise
