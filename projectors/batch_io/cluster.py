@@ -6,7 +6,8 @@ is read (the primaries work concurrently: one round trip in all), and the replie
 in order. A command that was not run where it was sent — MOVED (the slot map changed: updated,
 sent to the new owner), ASK (sent with ASKING to the node importing the slot), TRYAGAIN (a slot
 half migrated), CLUSTERDOWN (waited for) or NOSCRIPT (sent again after loading the scripts on
-that node) — is sent again, and only it. A node that fails (connection lost, timeout) fails
+that node) — is sent again, and only it; after a NOSCRIPT, so is everything that followed it on
+that node, in order. A node that fails (connection lost, timeout) fails
 the whole batch with :class:`BatchNotApplied` after the other nodes' replies were read: its
 commands may or may not have run, so the caller must not commit offsets; it sends the batch
 again, which the apply script makes harmless (seq ≤ applied is a duplicate), and the slot map
@@ -141,6 +142,7 @@ class _ClusterPending:
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 self.failures.append(exc)
                 continue
+            missing: NoScriptError | None = None
             for u in ids:
                 start, end = self.units[u]
                 if u in asked:
@@ -148,6 +150,14 @@ class _ClusterPending:
                 replies = [next(got) for _ in range(start, end)]
                 self.replies[start:end] = replies
                 reason = redirected(replies)
+                if isinstance(reason, NoScriptError) and missing is None:
+                    missing = reason
+                if reason is None and missing is not None:
+                    # Another process may have loaded the scripts on this node after the
+                    # first refusal: what ran after it ran ahead of it (a session's later
+                    # event before its earlier one is a gap). It is sent again in order,
+                    # which the apply script makes harmless (seq <= applied: a duplicate).
+                    reason = missing
                 if reason is not None:
                     again[u] = (node, reason)
         return again

@@ -142,6 +142,24 @@ def test_the_cluster_seam_follows_ask_then_moved(
     assert redis_cluster.nodes_manager.get_node_from_slot(slot).port == target
 
 
+def test_what_ran_after_a_missing_script_on_its_node_is_sent_again_behind_it(
+    redis_cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another projector loads the scripts between this batch's first refusal and its next
+    # command: that command ran ahead of the refused one, so it must run again after it.
+    set_key = "redis.call('SET', KEYS[1], ARGV[1]) return 1"
+    sha = redis_cluster.script_load(set_key)
+    redis_cluster.script_flush()
+    monkeypatch.setattr(
+        "projectors.batch_io.cluster.load_all", lambda node: node.script_load(set_key)
+    )
+    link = batch_io(redis_cluster)
+    replies = execute(link, [("EVALSHA", sha, 1, "{o}k", "first"), ("SET", "{o}k", "second")])
+    assert replies == [1, b"OK"]
+    assert redis_cluster.get("{o}k") == b"second"
+    assert link.io.resent["NoScriptError"] == 2
+
+
 def _node_id(port: int) -> Any:
     with redis.Redis(port=port) as node:
         return node.execute_command("CLUSTER MYID")
