@@ -15,7 +15,7 @@ import redis
 from redis.crc import key_slot
 
 from interpreters import offload_images
-from projectors.batch_io import batch_io, execute
+from projectors.batch_io import ClusterLink, batch_io, execute
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.topic_reader import read_session
@@ -154,6 +154,7 @@ def test_what_ran_after_a_missing_script_on_its_node_is_sent_again_behind_it(
         "projectors.batch_io.cluster.load_all", lambda node: node.script_load(set_key)
     )
     link = batch_io(redis_cluster)
+    assert isinstance(link, ClusterLink)
     replies = execute(link, [("EVALSHA", sha, 1, "{o}k", "first"), ("SET", "{o}k", "second")])
     assert replies == [1, b"OK"]
     assert redis_cluster.get("{o}k") == b"second"
