@@ -24,6 +24,7 @@ Its parts, each a module:
 
 from projectors.export.errors import (
     ExportBusyError,
+    ExportDirectoryError,
     ExportError,
     ExportManifestError,
     ExportRecordError,
@@ -36,6 +37,7 @@ __all__ = [
     "CODECS",
     "MANIFEST",
     "ExportBusyError",
+    "ExportDirectoryError",
     "ExportError",
     "ExportManifestError",
     "ExportRecordError",

@@ -19,6 +19,13 @@ class ExportManifestError(ExportError):
 
 
 @register_error
+class ExportDirectoryError(ExportError):
+    """The export directory cannot be made or written (a file of that name, no permission)."""
+
+    default_code = "EXPORT_DIR_INVALID"
+
+
+@register_error
 class ExportBusyError(ExportError):
     default_code = "EXPORT_BUSY"
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -25,6 +25,7 @@ from dsh.errors import SessionError
 from dsh.formats.jsonl import fsync_directory
 from projectors.export.errors import (
     ExportBusyError,
+    ExportDirectoryError,
     ExportError,
     ExportManifestError,
     ExportRecordError,
@@ -110,6 +111,19 @@ def _check_codec(codec: str) -> None:
         ) from None
 
 
+def _locked(root: Path) -> BinaryIO:
+    """``root``, made if need be, and its lock file opened (not yet taken)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return open(root / LOCK, "a+b")
+    except OSError as exc:
+        raise ExportDirectoryError(
+            f"{root}: cannot export into it ({exc.strerror or exc}); name a directory you may "
+            "write, or one that does not exist yet",
+            code="EXPORT_DIR_INVALID",
+        ) from None
+
+
 def export(
     directory: str | Path,
     *,
@@ -128,8 +142,7 @@ def export(
     kafka = kafka or KafkaSettings()
     topic = kafka.topic("events")
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / LOCK, "a+b") as lock:
+    with _locked(root) as lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
