@@ -19,6 +19,7 @@ from deploy.local.errors import LocalStackError
 from deploy.local.processes import ManagedProcess, port_accepts
 from deploy.local.settings import LocalStackSettings
 from interpreters import OFFLOAD_SPEC
+from servicekit.health import not_ready
 
 PROJECTIONS = ("surface", "transcript", "audit")
 
@@ -110,6 +111,19 @@ class Services:
                 time.sleep(0.1)
             if not process.is_running():
                 raise process.fail("exited during start-up")
+        self._wait_checks_pass(deadline)
+
+    def _wait_checks_pass(self, deadline: float) -> None:
+        """Until every service's readiness checks pass (a service already running when Redis
+        came back says so at its next call), or the deadline: `dsh status` then names what
+        still fails."""
+        for service in self.all:
+            url = service.metrics_url()
+            while url is not None and time.monotonic() < deadline:
+                page = metrics_page(url)
+                if page is not None and not not_ready(page):
+                    break
+                time.sleep(0.1)
 
     def wait_writer_serving(self, partitions: int, timeout_s: float = 60.0) -> None:
         """Until the writer owns every commands partition (its gauge says so): before that, an
