@@ -263,7 +263,9 @@ def test_verify_reports_progress_through_the_partition_and_ends_at_the_real_coun
     items = read_session(
         pipeline.kafka, pipeline.run.session_id, progress=lambda d, t: calls.append((d, t))
     )
-    assert len(items) == pipeline.run.script.last_seq + 1
+    # Other tests of this module may have appended to the session since the demo ran.
+    assert [item.seq for item in items] == list(range(len(items)))  # type: ignore[union-attr]
+    assert len(items) >= pipeline.run.script.last_seq + 1
     done, total = calls[-1]
     assert done == total >= len(items)  # the bar ends full, at the records really read
 

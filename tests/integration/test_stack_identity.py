@@ -188,3 +188,32 @@ def test_status_tells_a_stopped_service_from_a_dead_one(stack: dict[str, str]) -
         restarted = _dsh(stack, "up")
         assert restarted.returncode == 0, restarted.stderr
     assert all(c["state"] == "healthy" for c in _status(stack).values())
+
+
+# (arguments, exit status, error code in stderr): every command's error paths, run from a
+# shell that exported nothing but the state dir, against the stack on its own ports.
+MATRIX: list[tuple[tuple[str, ...], int, str]] = [
+    (("show", "surface", "nope-xyz"), 1, "[SESSION_UNKNOWN]"),
+    (("show", "transcript", "nope-xyz"), 1, "[SESSION_UNKNOWN]"),
+    (("show", "audit", "nope-xyz", "--json"), 1, "[SESSION_UNKNOWN]"),
+    (("verify", "nope-xyz"), 1, "[SESSION_UNKNOWN]"),
+    (("verify", "nope-xyz", "--timeout", "-1"), 2, "argument --timeout"),
+    (("import", "/nonexistent/file.jsonl"), 1, "[FILE_NOT_FOUND]"),
+    (("import", str(FORMATS / "v0_legacy.jsonl"), "--timeout", "0"), 2, "argument --timeout"),
+    (("export", "/proc/version"), 1, "[EXPORT_DIR_INVALID]"),
+    (("replay", "--projection", "sideways"), 2, "argument --projection"),
+    (("tail", "nope-xyz", "-n", "-5"), 2, "argument -n/--lines"),
+    (("show", "nope", "s"), 2, "argument projection"),
+    (("settings", "--bogus"), 2, "--bogus"),
+    (("status",), 0, ""),
+]
+
+
+@pytest.mark.parametrize(("args", "status", "code"), MATRIX, ids=[" ".join(m[0]) for m in MATRIX])
+def test_every_command_fails_with_its_code_from_a_bare_shell(
+    stack: dict[str, str], args: tuple[str, ...], status: int, code: str
+) -> None:
+    result = _dsh(_bare_env(Path(stack["DSH_LOCAL_STATE_DIR"])), *args, timeout=60)
+    assert result.returncode == status, result.stdout + result.stderr
+    assert code in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -71,6 +72,8 @@ def lines(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime[Any]:
     monkeypatch.setattr(poison_module, "DeadLetters", _NoDeadLetters)
     monkeypatch.setattr(rebuilds_module, "read_sessions", lambda *args: {})
+    # No Redis here to hold the readers' "being rebuilt" marks.
+    monkeypatch.setattr(rebuilds_module.Rebuilds, "marked", lambda *args: nullcontext())
     return Runtime(
         TranscriptProjection(Keys()),
         KafkaSettings(bootstrap_servers="127.0.0.1:9"),
