@@ -6,8 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def _elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parse that got through would act in the working directory (``export dir``)."""
+    monkeypatch.chdir(tmp_path)
 
 
 def _dsh(*args: str) -> subprocess.CompletedProcess[str]:
@@ -44,7 +51,8 @@ def test_a_nonsense_number_is_refused_naming_the_option(args: tuple[str, ...]) -
     done = _dsh(*args)
     assert done.returncode == 2, done.stderr
     option = args[-2]
-    assert f"argument {option}" in done.stderr or option in done.stderr, done.stderr
+    # The option's own type refused the value, not some other argparse error.
+    assert f"argument {option}" in done.stderr and ": must be" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -60,5 +68,5 @@ def test_a_closed_pipe_ends_quietly() -> None:
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before the first line, as `head -0` would be
     err = proc.stderr.read()
-    assert proc.wait(60) in (0, 141), err
+    assert proc.wait(60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
