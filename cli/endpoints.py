@@ -10,12 +10,10 @@ below never look for a stack themselves.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 
-from deploy.local.record import read_record
-from deploy.local.settings import LocalStackSettings
+from deploy.local.record import in_environment, read_record, resolved_settings
 from servicekit.settings import KafkaSettings, RedisSettings
 
 KAFKA_VARIABLE = "DSH_KAFKA_BOOTSTRAP_SERVERS"
@@ -32,28 +30,20 @@ class Endpoints:
 _noted: set[str] = set()
 
 
-def _explicit(variable: str) -> bool:
-    return any(key.upper() == variable for key in os.environ)
-
-
 def resolve() -> Endpoints:
-    explicit_kafka, explicit_redis = _explicit(KAFKA_VARIABLE), _explicit(REDIS_VARIABLE)
+    explicit_kafka, explicit_redis = in_environment(KAFKA_VARIABLE), in_environment(REDIS_VARIABLE)
     if explicit_kafka and explicit_redis:
         return Endpoints(None, None, local_stack=False)
-    local = LocalStackSettings()
-    record = read_record(local.state_dir)
-    if record is not None:
-        servers, url = str(record["bootstrap_servers"]), str(record["redis_url"])
-    else:
-        servers, url = local.bootstrap_servers(), local.redis_url()
-        if str(local.state_dir) not in _noted:
-            _noted.add(str(local.state_dir))
-            print(
-                f"dsh: note: no local stack is recorded in {local.state_dir} (`dsh up` starts "
-                f"one); using its default ports, Kafka {servers} and Redis {url}. Set "
-                f"{KAFKA_VARIABLE} and {REDIS_VARIABLE} to use another pipeline.",
-                file=sys.stderr,
-            )
+    local = resolved_settings()  # the recorded stack's ports, where one is recorded
+    servers, url = local.bootstrap_servers(), local.redis_url()
+    if read_record(local.state_dir) is None and str(local.state_dir) not in _noted:
+        _noted.add(str(local.state_dir))
+        print(
+            f"dsh: note: no local stack is recorded in {local.state_dir} (`dsh up` starts "
+            f"one); using its default ports, Kafka {servers} and Redis {url}. Set "
+            f"{KAFKA_VARIABLE} and {REDIS_VARIABLE} to use another pipeline.",
+            file=sys.stderr,
+        )
     return Endpoints(
         None if explicit_kafka else servers,
         None if explicit_redis else url,

@@ -39,21 +39,34 @@ def write_record(settings: LocalStackSettings) -> None:
 
 
 def read_record(state_dir: Path) -> dict[str, Any] | None:
+    """The record, or None when there is none or it is not one `dsh up` wrote (a record
+    edited by hand or cut short is ignored rather than trusted)."""
     try:
         record = json.loads(record_path(state_dir).read_text())
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    numbers = (*IDENTITY, "partitions")
+    if not all(type(record.get(name)) is int for name in numbers):
+        return None
+    if not all(isinstance(record.get(name), str) for name in ("bootstrap_servers", "redis_url")):
+        return None
+    return record
 
 
 def remove_record(state_dir: Path) -> None:
     record_path(state_dir).unlink(missing_ok=True)
 
 
+def in_environment(variable: str) -> bool:
+    """Whether the environment names ``variable`` (settings read it case-insensitively)."""
+    return any(key.upper() == variable.upper() for key in os.environ)
+
+
 def explicitly_set(name: str) -> bool:
-    """Whether the environment names ``DSH_LOCAL_<NAME>`` (settings read it case-insensitively)."""
-    wanted = LocalStackSettings.model_config.get("env_prefix", "") + name
-    return any(key.upper() == wanted.upper() for key in os.environ)
+    """Whether the environment names ``DSH_LOCAL_<NAME>``."""
+    return in_environment(LocalStackSettings.model_config.get("env_prefix", "") + name)
 
 
 def resolved_settings() -> LocalStackSettings:

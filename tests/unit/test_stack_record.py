@@ -3,8 +3,10 @@ names its endpoints explicitly (issue 25)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,6 +74,29 @@ def test_without_a_recorded_stack_the_default_ports_are_not_used_silently(
     assert endpoints.kafka_settings().bootstrap_servers == defaults.bootstrap_servers()
     err = capsys.readouterr().err
     assert "no local stack is recorded" in err and str(state_dir) in err
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda r: r.pop("bootstrap_servers"),
+        lambda r: r.update(redis_port="6379"),
+        lambda r: r.update(kafka_port=None),
+    ],
+    ids=["a key missing", "a port as text", "a port as null"],
+)
+def test_a_record_not_written_by_dsh_up_is_ignored_not_trusted(
+    state_dir: Path, damage: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _record(state_dir)
+    path = state_dir / "stack.json"
+    record = json.loads(path.read_text())
+    damage(record)
+    path.write_text(json.dumps(record))
+    assert read_record(state_dir) is None
+    assert resolved_settings().redis_port == LocalStackSettings().redis_port
+    assert endpoints.kafka_settings().bootstrap_servers == LocalStackSettings().bootstrap_servers()
+    assert "no local stack is recorded" in capsys.readouterr().err
 
 
 def test_readiness_checks_that_fail_are_read_from_a_metrics_page() -> None:
