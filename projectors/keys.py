@@ -16,11 +16,9 @@ class Keys:
     def meta(self, projection: str, session_id: str) -> str:
         return self.session(session_id, projection, "meta")
 
-    def rebuilding(self, projection: str, session_id: str | None = None) -> str:
-        """Set while a rebuild of the session (or, without one, of every session) is under
-        way: what a reader sees then may be stale."""
-        if session_id is None:
-            return f"{self.prefix}:rebuilding:{projection}"
+    def rebuilding(self, projection: str, session_id: str) -> str:
+        """Set while a rebuild of the session is under way: what a reader sees then may be
+        stale."""
         return self.session(session_id, projection, "rebuilding")
 
     def blocked(self, projection: str) -> str:

@@ -154,13 +154,10 @@ class Reader:
         )
 
     def rebuilding(self, projection: str, session_id: str) -> dict[str, Any] | None:
-        """The mark of a rebuild under way (``cause``, ``since`` in ms), of this session or of
-        every session; None when none is."""
-        for key in (self.keys.rebuilding(projection, session_id), self.keys.rebuilding(projection)):
-            raw = self.client.get(key)
-            if raw is not None:
-                return dict(json.loads(raw))
-        return None
+        """The mark of a rebuild of the session under way (``cause``, ``since`` in ms); None
+        when none is."""
+        raw = self.client.get(self.keys.rebuilding(projection, session_id))
+        return None if raw is None else dict(json.loads(raw))
 
     def blocked(self, projection: str, session_id: str) -> dict[str, Any] | None:
         raw = self.client.hget(self.keys.meta(projection, session_id), "blocked")

@@ -32,9 +32,10 @@ from servicekit.settings import KafkaSettings
 S = TypeVar("S")
 log = logging.getLogger("projectors")
 
-# A rebuild's marks outlive a process that died during it by at most this long; a rebuild
-# deletes them when it ends.
-MARK_TTL_S = 3600
+# A rebuild's marks outlive a process that died during it by at most this long (a reader
+# then says SESSION_REBUILDING needlessly); a rebuild deletes them when it ends. Long enough
+# for the rebuild of one partition's named sessions.
+MARK_TTL_S = 600
 
 
 class Rebuilds(Generic[S]):
@@ -74,14 +75,11 @@ class Rebuilds(Generic[S]):
                 self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
 
     @contextmanager
-    def marked(self, sids: Collection[str] | None, cause: str) -> Iterator[None]:
-        """Readers see that the sessions (None: every session) are being rebuilt until this
-        ends: until then they are served what was there before, which may be stale."""
-        keys = (
-            [self.keys.rebuilding(self.name)]
-            if sids is None
-            else [self.keys.rebuilding(self.name, sid) for sid in sids]
-        )
+    def marked(self, sids: Collection[str], cause: str) -> Iterator[None]:
+        """Readers see that the sessions are being rebuilt until this ends: until then they
+        are served what was there before, which may be stale. (A full `dsh replay` marks
+        nothing: its forked workers do not share this process's Redis link.)"""
+        keys = [self.keys.rebuilding(self.name, sid) for sid in sids]
         mark = json.dumps({"cause": cause, "since": int(time.time() * 1000)})
         link = self.store.link
         # One command per key: on a cluster each session's key lives in its own slot.
@@ -89,7 +87,17 @@ class Rebuilds(Generic[S]):
         try:
             yield
         finally:
-            raise_errors(link.round_trip([("DEL", key) for key in keys]))
+            try:
+                raise_errors(link.round_trip([("DEL", key) for key in keys]))
+            except Exception as exc:  # the rebuild's own outcome matters more; marks expire
+                log.warning(
+                    "projector %s: could not clear the rebuild marks of %d session(s) (%s); "
+                    "they expire within %d s",
+                    self.name,
+                    len(keys),
+                    exc,
+                    MARK_TTL_S,
+                )
 
     def catch_up(self, items: Sequence[Record | Poison]) -> None:
         """Apply records read after :meth:`rebuild_logs` wrote their sessions, the way the
