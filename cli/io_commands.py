@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 from cli.arguments import seconds
-from cli.progress import Progress, for_a_person
+from cli.progress import for_a_person
+from servicekit.progress import Progress
 
 IMPORT_HELP = """\
 Publish a session file (JSON Lines, format v0..v3; older versions are migrated to v3) as a
@@ -106,6 +107,7 @@ def _import(args: argparse.Namespace) -> int:
     from cli.endpoints import writer_hint
     from interpreters import OFFLOAD_SPEC
     from producers.importer import import_file
+    from producers.writer.settings import WriterSettings
     from servicekit.interpreters import parse_interpreters
 
     result = import_file(
@@ -118,6 +120,7 @@ def _import(args: argparse.Namespace) -> int:
             OFFLOAD_SPEC if args.projections is None else args.projections
         ),
         writer_hint=writer_hint(),
+        max_event_bytes=WriterSettings().max_event_bytes,  # the pipeline's writer's limit
     )
     if args.json:
         print(json.dumps({"file": args.file, **result.to_json()}))

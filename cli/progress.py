@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-Progress = Callable[[int, int], None]
+from servicekit.progress import Progress
 
 
 def _duration(seconds: float) -> str:

@@ -18,11 +18,12 @@ from projectors.read_api import Reader
 from projectors.replay import ReplayResult, replay
 from projectors.runtime import Runtime
 from projectors.settings import ProjectorSettings
-from projectors.topic_reader import Progress, read_session
+from projectors.topic_reader import read_session
 from projectors.verify import Report, verify
 from servicekit.health import ServiceSettings, record_clean_exit
 from servicekit.interpreters import parse_interpreters
 from servicekit.ports import require_free_port, serve_metrics
+from servicekit.progress import Progress
 from servicekit.redis_clients import redis_client
 from servicekit.settings import KafkaSettings, RedisSettings
 

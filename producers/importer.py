@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +28,9 @@ from dsh.errors import FormatError, RestoreError, SessionError, ValidationError,
 from dsh.formats import SessionHeader, read_jsonl
 from dsh.projections import Interpreter
 from dsh.restore import restore
+from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
-
-Progress = Callable[[int, int], None]
 
 # Well under the writer's default command limit (512 KiB of Avro; JSON is larger than Avro
 # for the same events, so this is conservative) and the broker's 1 MB record limit.
@@ -369,7 +368,8 @@ def import_file(
     max_event_bytes: int | None = None,
 ) -> ImportResult:
     """Publish the session file at ``path`` as session ``session_id`` (default: the file's id).
-    ``max_event_bytes``: the writer's limit (default: ``DSH_WRITER_MAX_EVENT_BYTES`` here)."""
+    ``max_event_bytes``: the writer's limit (default: the writer's default limit); a larger
+    event is refused before anything is published."""
     from producers.client import SessionClient
     from producers.writer.settings import WriterSettings
 
@@ -379,7 +379,7 @@ def import_file(
     target = session_id or header.id
     validate_locally(target, events, str(path), projections)
     if max_event_bytes is None:
-        max_event_bytes = WriterSettings().max_event_bytes
+        max_event_bytes = WriterSettings.model_fields["max_event_bytes"].default
     check_sizes(target, events, max_event_bytes, str(path))
     # Fails in ``connect_timeout`` naming the fix; the client's own check waits longer.
     topics = [kafka.topic(n) for n in ("commands", "events", "replies")]

@@ -25,9 +25,10 @@ from typing import Any
 from projectors.errors import ProjectorError
 from projectors.records import Poison, Record
 from projectors.runtime import Runtime
-from projectors.topic_reader import Progress, offsets_in, scan_partitions
+from projectors.topic_reader import offsets_in, scan_partitions
 from servicekit.gc_tuning import young_gc_threshold
 from servicekit.partitioning import partition_for
+from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
 

@@ -15,10 +15,9 @@ from projectors.records import Poison, Record, decode
 from servicekit import kafka_clients
 from servicekit.partition_reader import NOW, read_partitions
 from servicekit.partitioning import partition_for
+from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
-
-Progress = Callable[[int, int], None]
 
 
 def scan_partitions(

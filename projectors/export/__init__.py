@@ -31,7 +31,8 @@ from projectors.export.errors import (
 )
 from projectors.export.manifest import MANIFEST, Manifest
 from projectors.export.reading import read_export
-from projectors.export.run import CODECS, ExportResult, Progress, export
+from projectors.export.run import CODECS, ExportResult, export
+from servicekit.progress import Progress
 
 __all__ = [
     "CODECS",

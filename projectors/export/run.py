@@ -14,7 +14,7 @@ from __future__ import annotations
 import fcntl
 import io
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -37,10 +37,9 @@ from schemas.codec import HEADER_SIZE
 from schemas.records import default_codec
 from servicekit import kafka_clients
 from servicekit.partition_reader import PartitionReadError, read_partitions
+from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
-
-Progress = Callable[[int, int], None]
 
 LOCK = "_lock"
 CODECS = ("deflate", "null", "snappy")
