@@ -5,10 +5,10 @@ Reading migrates any older version to v3; writing only ever produces v3.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import stat
-import tempfile
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -129,11 +129,10 @@ def replace_atomically(path: PathLike, chunks: Iterable[bytes]) -> None:
     """Write under a temporary name, fsync, rename over ``path``, fsync the directory: a reader
     (or a crash) sees the old file or the whole new one, never a mix."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _temporary_beside(target)
     try:
-        # mkstemp makes the file 0600; the file it replaces keeps its mode, a new one gets
-        # what open() would give it (0666 less the umask).
-        os.fchmod(fd, _mode_for(target))
+        with contextlib.suppress(FileNotFoundError):  # the file it replaces keeps its mode
+            os.fchmod(fd, stat.S_IMODE(target.stat().st_mode))
         with os.fdopen(fd, "wb") as fh:
             for chunk in chunks:
                 fh.write(chunk)
@@ -146,18 +145,16 @@ def replace_atomically(path: PathLike, chunks: Iterable[bytes]) -> None:
     fsync_directory(target.parent)
 
 
-_umask_lock = threading.Lock()
-
-
-def _mode_for(target: Path) -> int:
-    try:
-        return stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        pass
-    with _umask_lock:  # the umask can only be read by setting it
-        umask = os.umask(0o022)
-        os.umask(umask)
-    return 0o666 & ~umask
+def _temporary_beside(target: Path) -> tuple[int, str]:
+    """A new file next to ``target``, created as open() creates one (0666 less the umask,
+    applied by the kernel: reading the umask would mean setting it for the whole process)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def fsync_directory(directory: PathLike) -> None:
