@@ -69,9 +69,6 @@ class Services:
             ),
         ]
 
-    def ports(self) -> dict[int, str]:
-        return {s.metrics_port: f"{s.name} /metrics" for s in self.all if s.metrics_port}
-
     def env(self, service: Service) -> dict[str, str]:
         env = dict(os.environ)
         # The local stack's own servers, whatever the shell points services at otherwise.

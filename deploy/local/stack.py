@@ -171,8 +171,8 @@ class LocalStack:
                 state, detail = "stopped", "stopped cleanly (SIGTERM); `dsh up` starts it again"
             else:
                 detail = f"DIED; see {service.log_file}"
-        elif port:
-            page = metrics_page(f"http://127.0.0.1:{port}/metrics")
+        elif (url := service.metrics_url()) is not None:
+            page = metrics_page(url)
             failing = [] if page is None else not_ready(page)
             if page is None:
                 healthy, detail = (
