@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dsh.errors import SessionError, register_error
 
@@ -44,16 +44,6 @@ def translate(exc: BaseException) -> SessionError | None:
             "DSH_REDIS_URL)",
         )
     return None
-
-
-def blocked_message(projection: str, session_id: str, blocked: dict[str, Any]) -> str:
-    """The projector's blocked marker as an operator's message: where, why, and the fix."""
-    return (
-        f"session {session_id} is blocked in the {projection} projection at seq "
-        f"{blocked.get('seq')}: [{blocked.get('code')}] {blocked.get('message')}; fix the cause "
-        "(e.g. register the missing interpreter in DSH_PROJECTOR_PROJECTIONS), then "
-        f"`dsh replay {session_id}`"
-    )
 
 
 def default_interpreters() -> None:

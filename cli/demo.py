@@ -194,35 +194,17 @@ def run_demo(
 
 
 def wait_projected(reader: Reader, last_seqs: dict[str, int], timeout_s: float) -> None:
-    """Until every projection applied each session up to its last seq; a blocked session is
-    an error naming the projection, seq and reason rather than a silent wait."""
-    from cli.checks import blocked_message
-    from projectors.errors import SessionBlockedError
+    """Until every projection applied each session up to its last seq: read-your-writes reads
+    (:class:`~projectors.views.Views`), so a blocked session or a projector that does not keep
+    up is an error naming the projection, seq and reason rather than a silent wait."""
+    from projectors.views import Views
 
+    views = Views(reader.client, reader.keys)
     deadline = time.monotonic() + timeout_s
-    pending = {(p, s) for s in last_seqs for p in ("surface", "transcript", "audit")}
-    while pending:
-        for projection, session_id in sorted(pending):
-            blocked = reader.blocked(projection, session_id)
-            if blocked is not None:
-                raise SessionBlockedError(blocked_message(projection, session_id, blocked))
-            if _applied(reader, projection, session_id) >= last_seqs[session_id]:
-                pending.discard((projection, session_id))
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            names = ", ".join(sorted({p for p, _ in pending}))
-            raise SessionBlockedError(
-                f"the {names} projector(s) did not catch up within {timeout_s:g}s; are they "
-                "running? `dsh status` shows them and their logs",
-                code="PROJECTION_LAG",
-            )
-        time.sleep(0.05)
-
-
-def _applied(reader: Reader, projection: str, session_id: str) -> int:
-    raw = reader.client.hget(reader.keys.meta(projection, session_id), "applied")
-    return -1 if raw is None else int(raw)
+    for session_id, last in last_seqs.items():
+        for projection in ("surface", "transcript", "audit"):
+            left = max(0.0, deadline - time.monotonic())
+            getattr(views, projection)(session_id, at_least=last, timeout_s=left)
 
 
 # -- the command ------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
 from cli.arguments import lines, seconds
@@ -111,66 +110,35 @@ def _show(args: argparse.Namespace) -> int:
     reader = _reader()
     if args.projection == "transcript" and args.follow:
         return _follow(reader, args.session, -1, args.json)
+    from projectors.errors import SessionBlockedError, SessionRebuildingError
+    from projectors.views import Views
+
+    views = Views(reader.client, reader.keys, timeout_s=0)
+    # An unknown id fails before anything is printed; a blocked session or one under rebuild
+    # is printed as it stands (up to the block, or maybe stale) and the exit status says why.
+    stopped: SessionBlockedError | SessionRebuildingError | None = None
+    try:
+        view = getattr(views, args.projection)(args.session)
+    except (SessionBlockedError, SessionRebuildingError) as exc:
+        view, stopped = exc.view, exc
     if args.projection == "surface":
-        view = reader.surface(args.session)
-        _known(args.projection, args.session, view.applied, view.blocked)
         if args.json:
             print(json.dumps(view.to_json(), indent=2))
         else:
             _print_surface(view)
-        blocked = view.blocked
     elif args.projection == "transcript":
-        blocked = reader.blocked("transcript", args.session)
-        _known(args.projection, args.session, reader.transcript_applied(args.session), blocked)
-        entries = reader.transcript(args.session)
         if args.json:
-            print(json.dumps([e.event | {"kind": e.kind} for e in entries], indent=2))
+            print(json.dumps([e.event | {"kind": e.kind} for e in view.entries], indent=2))
         else:
-            for e in entries:
+            for e in view.entries:
                 _print_entry(e, False)
+    elif args.json:
+        print(json.dumps(view.to_json(), indent=2))
     else:
-        audit = reader.audit(args.session)
-        _known(args.projection, args.session, audit.applied, audit.blocked)
-        if args.json:
-            print(json.dumps(audit.to_json(), indent=2))
-        else:
-            _print_audit(audit)
-        blocked = audit.blocked
-    if blocked is not None:
-        # What was printed is the view up to the block; the exit status says why it stops.
-        from cli.checks import blocked_message
-        from projectors.errors import SessionBlockedError
-
-        raise SessionBlockedError(blocked_message(args.projection, args.session, blocked))
-    _current(reader, args.projection, args.session)
+        _print_audit(view)
+    if stopped is not None:
+        raise stopped
     return 0
-
-
-def _current(reader: Any, projection: str, session_id: str) -> None:
-    """After printing: a read model under rebuild was printed as it stood, which may be stale,
-    and the exit status says so."""
-    from projectors.errors import SessionRebuildingError
-
-    mark = reader.rebuilding(projection, session_id)
-    if mark is not None:
-        since = time.strftime("%H:%M:%S", time.localtime(mark.get("since", 0) / 1000))
-        raise SessionRebuildingError(
-            f"the {projection} read model of session {session_id} is being rebuilt "
-            f"({mark.get('cause')}, since {since}): what was printed may be stale; run the "
-            "command again when the rebuild is done"
-        )
-
-
-def _known(projection: str, session_id: str, applied: int, blocked: dict[str, Any] | None) -> None:
-    """Before anything is printed: an id the read model holds nothing of is an error, not an
-    empty model made up for it."""
-    from projectors.errors import SessionUnknownError
-
-    if applied < 0 and blocked is None:
-        raise SessionUnknownError(
-            f"the {projection} read model has no events of session {session_id}: check the id, "
-            f"that `dsh project {projection}` runs (`dsh status`), and DSH_REDIS_URL"
-        )
 
 
 def _print_entry(e: Any, as_json: bool) -> None:
@@ -200,8 +168,8 @@ def _tail(args: argparse.Namespace) -> int:
 def _follow(reader: Any, session_id: str, after: int, as_json: bool) -> int:
     """New transcript entries after seq ``after`` until Ctrl-C; a blocked session stops it
     with the reason (no entry would ever come)."""
-    from cli.checks import blocked_message
     from projectors.errors import SessionBlockedError
+    from projectors.views import blocked_message
 
     while True:
         blocked = reader.blocked("transcript", session_id)

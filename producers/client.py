@@ -27,6 +27,7 @@ from dsh.errors import SessionError, ValidationError
 from dsh.projections import Interpreter
 from producers.client_inflight import InFlight
 from producers.errors import PayloadTooLargeError, WriterUnavailableError
+from producers.read_models import ReadModels
 from producers.session_reader import read_session
 from producers.tenancy import tenant_headers
 from schemas import (
@@ -73,8 +74,12 @@ class SessionClient:
         tenant_key: SecretStr | None = None,
         linger_ms: float = 1.0,
         interpreters: Mapping[str, Interpreter] | None = None,
+        views: ReadModels | None = None,
     ) -> None:
         """``tenant``/``tenant_key``: the credential a writer with tenant prefixes checks.
+
+        ``views``: the read models :meth:`surface`, :meth:`transcript` and :meth:`audit` read
+        (``projectors.views.Views`` over the projectors' Redis).
 
         ``interpreters``: the message-projection interpreters :meth:`read` restores sessions
         with (a session that logged a projection event restores only with its interpreter).
@@ -104,6 +109,7 @@ class SessionClient:
         self.client_id = client_id or f"client-{uuid.uuid4().hex}"
         self.timeout = timeout
         self.interpreters = dict(interpreters or {})
+        self.views = views
         self._commands = settings.topic("commands")
         self._events = settings.topic("events")
         replies = settings.topic("replies")
@@ -299,6 +305,49 @@ class SessionClient:
             timeout or self.timeout,
             self.interpreters if interpreters is None else interpreters,
         )
+
+    # -- the read models ------------------------------------------------------------------
+
+    def committed_seq(self, session_id: str) -> int | None:
+        """The last seq this client has had committed to the session (None: none yet)."""
+        return self._inflight.committed.get(session_id)
+
+    def surface(
+        self, session_id: str, *, at_least: int | None = None, timeout: float | None = None
+    ) -> Any:
+        """The surface read model (``.messages``: what the model sees next), with at least
+        ``at_least`` applied: by default, everything this client appended to the session."""
+        return self._views().surface(
+            session_id, at_least=self._at_least(session_id, at_least), timeout_s=timeout
+        )
+
+    def transcript(
+        self, session_id: str, *, at_least: int | None = None, timeout: float | None = None
+    ) -> Any:
+        """The transcript read model (``.entries``), read as :meth:`surface` is."""
+        return self._views().transcript(
+            session_id, at_least=self._at_least(session_id, at_least), timeout_s=timeout
+        )
+
+    def audit(
+        self, session_id: str, *, at_least: int | None = None, timeout: float | None = None
+    ) -> Any:
+        """The audit read model, read as :meth:`surface` is."""
+        return self._views().audit(
+            session_id, at_least=self._at_least(session_id, at_least), timeout_s=timeout
+        )
+
+    def _views(self) -> ReadModels:
+        if self.views is None:
+            raise ConfigError(
+                "this SessionClient was made without views: pass "
+                "views=projectors.views.Views(<the projectors' Redis client>)",
+                code="NO_READ_MODELS",
+            )
+        return self.views
+
+    def _at_least(self, session_id: str, at_least: int | None) -> int | None:
+        return self.committed_seq(session_id) if at_least is None else at_least
 
     # -- lifecycle ------------------------------------------------------------------------
 

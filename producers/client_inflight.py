@@ -52,6 +52,9 @@ class InFlight:
         self._closed = closed
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
+        # The last seq committed to each session by this client (set by the serving thread
+        # before the append's future resolves): what a read-your-writes read waits for.
+        self.committed: dict[str, int] = {}
         # Set by the serving thread: every append from then on fails with it.
         self.refused: KafkaAuthenticationError | KafkaTlsError | None = None
 
@@ -169,6 +172,8 @@ class InFlight:
             return
         metrics.round_trip("committed").observe(elapsed)
         events = [r.to_event() for r in reply.events or ()]
+        if events and events[-1].seq > self.committed.get(pending.session_id, -1):
+            self.committed[pending.session_id] = events[-1].seq
         pending.future.set_result(events[0] if pending.single else events)
 
     def _take_all(self) -> list[tuple[str, _Pending]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dsh.errors import SessionError, register_error
 
 
@@ -27,6 +29,7 @@ class MissingInterpreterError(ProjectorError):
 @register_error
 class SessionBlockedError(ProjectorError):
     default_code = "SESSION_BLOCKED"
+    view: Any = None  # the read model up to the block, when a read raised it
 
 
 @register_error
@@ -46,3 +49,11 @@ class SessionRebuildingError(ProjectorError):
     """A read model read while a rebuild of it is under way: what was read may be stale."""
 
     default_code = "SESSION_REBUILDING"
+    view: Any = None  # the read model as it stood, when a read raised it
+
+
+@register_error
+class ProjectionBehindError(ProjectorError):
+    """A read asked for at least seq N and the projection had not applied it in time."""
+
+    default_code = "PROJECTION_BEHIND"
