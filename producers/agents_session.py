@@ -33,7 +33,9 @@ Both need an open turn and step (``system/message`` names them); they open one i
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -210,3 +212,5 @@ class DshAgentsSession:
             except ValidationError as exc:
                 if exc.code != "EXPECTED_SEQ_MISMATCH" or attempt == ATTEMPTS:
                     raise
+                # Instances that collided would collide again if they all re-read at once.
+                time.sleep(random.uniform(0, 0.005 * attempt))

@@ -25,13 +25,15 @@ import dsh
 from dsh.drafts import check_draft
 from dsh.errors import SessionError, ValidationError
 from dsh.projections import Interpreter
-from producers.client_inflight import InFlight
+from dsh.restore import restore
+from producers.client_inflight import InFlight, Shape
 from producers.errors import PayloadTooLargeError, WriterUnavailableError
 from producers.read_models import ReadModels
 from producers.session_reader import read_session
 from producers.tenancy import tenant_headers
 from schemas import (
     APPEND_COMMAND,
+    HEADER_READ_FROM,
     HEADER_REQUEST,
     AppendCommand,
     UnencodableError,
@@ -193,7 +195,7 @@ class SessionClient:
             source_event_seqs=source_event_seqs,
             ignorable=ignorable,
         )
-        return self._submit(session_id, [d], expected_seq, request_id, timeout, single=True)
+        return self._submit(session_id, [d], expected_seq, request_id, timeout, shape="one")
 
     def append_many(
         self,
@@ -224,7 +226,7 @@ class SessionClient:
         timeout: float | None = None,
     ) -> Future[list[dsh.Event]]:
         return self._submit(
-            session_id, [dict(d) for d in drafts], expected_seq, request_id, timeout, single=False
+            session_id, [dict(d) for d in drafts], expected_seq, request_id, timeout, shape="many"
         )
 
     def _submit(
@@ -235,8 +237,10 @@ class SessionClient:
         request_id: str | None,
         timeout: float | None,
         *,
-        single: bool,
+        shape: Shape,
+        read_from: int | None = None,
     ) -> Future[Any]:
+        """Send one command; ``read_from``: a read of the session from that seq (no drafts)."""
         future: Future[Any] = Future()
         if self._closed.is_set():
             future.set_exception(WriterUnavailableError("the client is closed"))
@@ -262,10 +266,12 @@ class SessionClient:
                 )
             )
             return future
-        earlier = self._inflight.add(rid, future, session_id, timeout or self.timeout, single)
+        earlier = self._inflight.add(rid, future, session_id, timeout or self.timeout, shape)
         if earlier is not None:
             return earlier  # the same request is already on its way
         headers = command_headers(rid)
+        if read_from is not None:
+            headers.append((HEADER_READ_FROM, str(read_from).encode()))
         if self._tenant is not None:
             headers += tenant_headers(*self._tenant, value)
 
@@ -295,8 +301,38 @@ class SessionClient:
         timeout: float | None = None,
         interpreters: Mapping[str, Interpreter] | None = None,
     ) -> dsh.Session:
-        """The session restored from the events topic, as committed now, with ``interpreters``
-        (default: the client's)."""
+        """The session as committed now, with ``interpreters`` (default: the client's), from
+        the writer that owns it: one round trip per 512 KiB of events, whatever else its
+        partition holds. Ordered with the session's appends: it holds every append committed
+        before it was asked, this client's and every other service's. An unknown id is an
+        empty session."""
+        events: list[dsh.Event] = []
+        start: int | None = 0
+        while start is not None:
+            future = self._submit(
+                session_id, [], None, None, timeout, shape="read", read_from=start
+            )
+            try:
+                got, start = future.result()
+            finally:
+                del future  # as in append
+            events += got
+        return restore(
+            dsh.Session(session_id),
+            events,
+            self.interpreters if interpreters is None else interpreters,
+            mark_end=False,
+        )
+
+    def read_log(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        interpreters: Mapping[str, Interpreter] | None = None,
+    ) -> dsh.Session:
+        """The session restored from the events topic itself, as committed now: for when no
+        writer answers (recovery tools; an independent check of the log). It scans the
+        session's partition from its start, so it costs every session on that partition."""
         return read_session(
             self.settings,
             self._events,

@@ -13,14 +13,14 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from dsh.errors import SessionError
 from producers import client_metrics as metrics
 from producers.errors import AppendTimeoutError, WriterUnavailableError
-from schemas import HEADER_REQUEST, decode_reply, header
+from schemas import HEADER_READ_NEXT, HEADER_REQUEST, decode_reply, header
 from servicekit import kafka_clients
 from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
 from servicekit.partition_reader import high_watermark
@@ -30,13 +30,18 @@ from servicekit.settings import KafkaSettings
 log = logging.getLogger("dsh.client")
 
 
+# What a request's future resolves with: the event ("one"), the events ("many"), or for a
+# read, the events and the seq to read on from (None: that was all).
+Shape = Literal["one", "many", "read"]
+
+
 @dataclass
 class _Pending:
     future: Future[Any]
     session_id: str
     sent_at: float
     deadline: float
-    single: bool
+    shape: Shape
 
 
 class InFlight:
@@ -92,7 +97,7 @@ class InFlight:
     # -- requests -------------------------------------------------------------------------
 
     def add(
-        self, rid: str, future: Future[Any], session_id: str, timeout: float, single: bool
+        self, rid: str, future: Future[Any], session_id: str, timeout: float, shape: Shape
     ) -> Future[Any] | None:
         """Wait for ``rid``'s reply; the earlier future if the same request is already on its
         way (then ``future`` is not used)."""
@@ -101,7 +106,7 @@ class InFlight:
             pending = self._pending.get(rid)
             if pending is not None:
                 return pending.future
-            self._pending[rid] = _Pending(future, session_id, now, now + timeout, single)
+            self._pending[rid] = _Pending(future, session_id, now, now + timeout, shape)
         return None
 
     def discard(self, rid: str) -> None:
@@ -167,14 +172,19 @@ class InFlight:
         elapsed = time.monotonic() - pending.sent_at
         error = reply.exception()
         if error is not None:
-            metrics.round_trip("rejected").observe(elapsed)
+            if pending.shape != "read":
+                metrics.round_trip("rejected").observe(elapsed)
             pending.future.set_exception(error)
             return
-        metrics.round_trip("committed").observe(elapsed)
         events = [r.to_event() for r in reply.events or ()]
+        if pending.shape == "read":
+            following = header(m.headers(), HEADER_READ_NEXT)
+            pending.future.set_result((events, None if following is None else int(following)))
+            return
+        metrics.round_trip("committed").observe(elapsed)
         if events and events[-1].seq > self.committed.get(pending.session_id, -1):
             self.committed[pending.session_id] = events[-1].seq
-        pending.future.set_result(events[0] if pending.single else events)
+        pending.future.set_result(events[0] if pending.shape == "one" else events)
 
     def _take_all(self) -> list[tuple[str, _Pending]]:
         with self._lock:

@@ -242,7 +242,8 @@ def import_events(
     to start a writer when none answers (the CLI knows whether the local stack runs it)."""
     from producers.errors import AppendTimeoutError, ConflictError
 
-    present = committed_prefix(client.read(session_id).events(), events, session_id, origin)
+    # From the log itself: the importer must know what committed when no writer answers.
+    present = committed_prefix(client.read_log(session_id).events(), events, session_id, origin)
     done = present
     published = 0
     stalled = 0
@@ -291,7 +292,7 @@ def import_events(
         if failure is None:
             break
         # A timeout (outcome unknown) or a conflict: the log decides what committed.
-        session = client.read(session_id)
+        session = client.read_log(session_id)
         now = committed_prefix(session.events(), events, session_id, origin)
         published += max(0, now - done)
         done = now

@@ -13,13 +13,13 @@ made-up view:
   as it stands, possibly stale, is on ``view``;
 - ``PROJECTION_BEHIND``: the projection had not applied ``at_least`` when the time was up.
 
-Waiting polls the session's meta hash (one small read), backing off from 1 ms to 50 ms; the
-view itself is read once, in one MULTI, when the meta says it will do.
+A read that will do at once is one round trip: the view, its meta hash and the rebuild mark in
+one MULTI. While it waits, it polls only the applied seq, the block and the mark (one small
+MULTI), backing off from 1 ms to 50 ms, and reads the view again when they say it will do.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +34,7 @@ from projectors.errors import (
     SessionUnknownError,
 )
 from projectors.keys import Keys
-from projectors.read_api import AuditView, Reader, SurfaceView, TranscriptEntry
+from projectors.read_api import AuditView, Reader, SurfaceView, TranscriptEntry, json_object
 
 V = TypeVar("V", SurfaceView, "TranscriptView", AuditView)
 
@@ -47,6 +47,7 @@ class TranscriptView:
     applied: int
     entries: list[TranscriptEntry]
     blocked: dict[str, Any] | None
+    rebuilding: dict[str, Any] | None = None
 
 
 def blocked_message(projection: str, session_id: str, blocked: dict[str, Any]) -> str:
@@ -99,10 +100,15 @@ class Views:
         return self._read("audit", session_id, at_least, timeout_s, self.reader.audit)
 
     def _transcript(self, session_id: str) -> TranscriptView:
-        # The applied seq first: entries read after it are at least as new, never fewer.
-        meta = self._meta("transcript", session_id)
-        entries = self.reader.transcript(session_id)
-        return TranscriptView(meta.applied, entries, meta.blocked)
+        meta, entries, mark = self.reader.transcript_view(session_id)
+        applied = meta.get(b"applied")
+        blocked = meta.get(b"blocked")
+        return TranscriptView(
+            -1 if applied is None else int(applied),
+            entries,
+            json_object(blocked),
+            mark,
+        )
 
     def _read(
         self,
@@ -115,64 +121,61 @@ class Views:
         wanted = 0 if at_least is None else at_least
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         pause = _FIRST_POLL_S
+        # The view, its meta and the rebuild mark in one MULTI: when it will do, one round trip.
+        view = read(session_id)
+        state, current = _Meta(view.applied, view.blocked, view.rebuilding), True
         while True:
-            meta = self._meta(projection, session_id)
-            if meta.blocked is not None:
-                raise _with_view(
-                    SessionBlockedError(blocked_message(projection, session_id, meta.blocked)),
-                    read(session_id),
-                )
-            if meta.applied < 0 and at_least is None:
+            if state.blocked is not None:
+                view = view if current else read(session_id)
+                message = blocked_message(projection, session_id, state.blocked)
+                raise _with_view(SessionBlockedError(message), view)
+            if state.applied < 0 and at_least is None:
                 raise SessionUnknownError(
                     f"the {projection} read model has no events of session {session_id}: "
                     f"check the id, that `dsh project {projection}` runs (`dsh status`), and "
                     "DSH_REDIS_URL"
                 )
-            if meta.rebuilding is None and meta.applied >= wanted:
-                view = read(session_id)
-                if view.applied >= wanted:  # else a rebuild set it back in between: wait on
+            if state.rebuilding is None and state.applied >= wanted:
+                if current:
                     return view
+                view = read(session_id)
+                state, current = _Meta(view.applied, view.blocked, view.rebuilding), True
+                continue  # a rebuild may have set it back in between: checked again
             left = deadline - time.monotonic()
             if left <= 0:
-                raise self._late(projection, session_id, wanted, meta, read)
+                if state.rebuilding is not None:
+                    view = view if current else read(session_id)
+                    raise _with_view(_rebuilding(projection, session_id, state.rebuilding), view)
+                raise ProjectionBehindError(
+                    f"the {projection} read model of session {session_id} has applied seq "
+                    f"{state.applied}, not yet {wanted}: is `dsh project {projection}` running "
+                    "and keeping up (`dsh status`, dsh_projector_lag)?"
+                )
             time.sleep(min(pause, left))
             pause = min(pause * 2, _LAST_POLL_S)
-
-    def _late(
-        self,
-        projection: str,
-        session_id: str,
-        wanted: int,
-        meta: _Meta,
-        read: Callable[[str], V],
-    ) -> Exception:
-        if meta.rebuilding is not None:
-            since = time.strftime(
-                "%H:%M:%S", time.localtime(meta.rebuilding.get("since", 0) / 1000)
-            )
-            return _with_view(
-                SessionRebuildingError(
-                    f"the {projection} read model of session {session_id} is being rebuilt "
-                    f"({meta.rebuilding.get('cause')}, since {since}): what it holds may be "
-                    "stale; read again when the rebuild is done"
-                ),
-                read(session_id),
-            )
-        return ProjectionBehindError(
-            f"the {projection} read model of session {session_id} has applied seq "
-            f"{meta.applied}, not yet {wanted}: is `dsh project {projection}` running and "
-            "keeping up (`dsh status`, dsh_projector_lag)?"
-        )
+            state, current = self._meta(projection, session_id), False
 
     def _meta(self, projection: str, session_id: str) -> _Meta:
-        applied, blocked = self.reader.client.hmget(
-            self.reader.keys.meta(projection, session_id), ["applied", "blocked"]
-        )
+        """The applied seq, the block and the rebuild mark only: what a wait polls."""
+        keys = self.reader.keys
+        pipe = self.reader.client.pipeline(transaction=True)  # one slot: one round trip
+        pipe.hmget(keys.meta(projection, session_id), ["applied", "blocked"])
+        pipe.get(keys.rebuilding(projection, session_id))
+        (applied, blocked), mark = pipe.execute()
         return _Meta(
             -1 if applied is None else int(applied),
-            None if blocked is None else dict(json.loads(blocked)),
-            self.reader.rebuilding(projection, session_id),
+            json_object(blocked),
+            json_object(mark),
         )
+
+
+def _rebuilding(projection: str, session_id: str, mark: dict[str, Any]) -> SessionRebuildingError:
+    since = time.strftime("%H:%M:%S", time.localtime(mark.get("since", 0) / 1000))
+    return SessionRebuildingError(
+        f"the {projection} read model of session {session_id} is being rebuilt "
+        f"({mark.get('cause')}, since {since}): what it holds may be stale; read again when "
+        "the rebuild is done"
+    )
 
 
 def _with_view(

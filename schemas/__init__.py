@@ -14,6 +14,8 @@ from schemas.errors import (
 )
 from schemas.records import (
     HEADER_FORMAT,
+    HEADER_READ_FROM,
+    HEADER_READ_NEXT,
     HEADER_REQUEST,
     HEADER_TYPE,
     AnsweredRequest,
@@ -53,6 +55,8 @@ __all__ = [
     "APPEND_COMMAND",
     "APPEND_REPLY",
     "HEADER_FORMAT",
+    "HEADER_READ_FROM",
+    "HEADER_READ_NEXT",
     "HEADER_REQUEST",
     "HEADER_TYPE",
     "SCHEMA_DIR",

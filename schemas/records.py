@@ -20,6 +20,10 @@ HEADER_TYPE = "dsh-type"
 HEADER_FORMAT = "dsh-format"
 # The request id of an append command, on the command and on every event and reply it made.
 HEADER_REQUEST = "dsh-request-id"
+# A command with no events and this header (a seq, in ASCII) is a read: the writer answers with
+# the session's events from that seq; a reply that stops short names the next seq to ask for.
+HEADER_READ_FROM = "dsh-read-from"
+HEADER_READ_NEXT = "dsh-read-next"
 
 
 class _ToJson(Protocol):

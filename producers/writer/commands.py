@@ -22,17 +22,33 @@ from producers.errors import MalformedCommandError, PayloadTooLargeError, WrongP
 from producers.tenancy import Tenancy
 from producers.writer import metrics
 from producers.writer.failpoints import NONE, Failpoints
-from producers.writer.journal import REPLY, Outbox
+from producers.writer.journal import REPLY, Headers, Outbox
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import Limits, Outcome, PartitionState
 from producers.writer.wire import committed_reply, event_wire
-from schemas import AppendCommand, AppendReply, encode_event, encode_reply
+from schemas import (
+    APPEND_REPLY,
+    HEADER_READ_FROM,
+    HEADER_READ_NEXT,
+    HEADER_REQUEST,
+    AppendCommand,
+    AppendReply,
+    encode_event,
+    encode_reply,
+    header,
+    record_headers,
+)
 from schemas.frames import DraftFrame, decode_command_frames, event_prefix, event_value
 from servicekit.dlq import dead_letter_headers, source_of
 from servicekit.partitioning import partition_for
 from servicekit.topics import Topics
 
 log = logging.getLogger("dsh.writer")
+
+# A read's reply holds events up to this many bytes (always one); the client asks again from
+# the seq the reply names. Well under the broker's 1 MB default record limit.
+READ_REPLY_BYTES = 512 * 1024
+_REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))
 
 
 class CommandRecord(Protocol):
@@ -82,6 +98,11 @@ class CommandHandler:
         except SessionError as exc:
             self._dead_letter(record, exc, outbox)
             return
+        if not command.events:
+            read_from = header(record.headers(), HEADER_READ_FROM)
+            if read_from is not None:
+                self._read(record, command, state, read_from, outbox)
+                return
         outcome = self._decide(record, command, state, len(value))
         self.failpoints.command(command.request_id)
         sid = command.session_id
@@ -120,31 +141,33 @@ class CommandHandler:
             values = state.sessions[sid].event_values(first, first + len(outcome.events))
         self._reply(state.partition, command, outcome, values, outbox)
 
-    def _decide(
-        self, record: CommandRecord, command: AppendCommand, state: PartitionState, size: int
-    ) -> Outcome:
+    def _refusal(self, record: CommandRecord, command: AppendCommand) -> SessionError | None:
+        """Why a command may not touch its session, whatever it asks: its key, its partition,
+        its tenant."""
         if record.key() != command.session_id.encode():
-            return Outcome(
-                error=MalformedCommandError(
-                    f"request {command.request_id!r}: record key {record.key()!r} is not the "
-                    f"session id {command.session_id!r}"
-                )
+            return MalformedCommandError(
+                f"request {command.request_id!r}: record key {record.key()!r} is not the "
+                f"session id {command.session_id!r}"
             )
         home = self._partition_of(command.session_id, self.placement.partitions)
         if home != record.partition():
-            return Outcome(
-                error=WrongPartitionError(
-                    f"request {command.request_id!r}: session {command.session_id!r} lives on "
-                    f"partition {home}, the command came on {record.partition()}; produce "
-                    "commands with Kafka's default (murmur2) partitioner"
-                )
+            return WrongPartitionError(
+                f"request {command.request_id!r}: session {command.session_id!r} lives on "
+                f"partition {home}, the command came on {record.partition()}; produce "
+                "commands with Kafka's default (murmur2) partitioner"
             )
         if self.tenancy.enabled:
-            denied = self.tenancy.check(
+            return self.tenancy.check(
                 record.headers(), command.request_id, command.session_id, record.value() or b""
             )
-            if denied is not None:
-                return Outcome(error=denied)
+        return None
+
+    def _decide(
+        self, record: CommandRecord, command: AppendCommand, state: PartitionState, size: int
+    ) -> Outcome:
+        refused = self._refusal(record, command)
+        if refused is not None:
+            return Outcome(error=refused)
         # Checked after the tenant: a rejection is only ever repeated to the one allowed to
         # write the session, and only rejections that depend on the session are remembered
         # (the ones above depend on who sent the command, or where, and recur on a retry).
@@ -177,6 +200,50 @@ class CommandHandler:
             encode_event(event_wire(d, ev), sid)
             for d, ev in zip(command.events, outcome.events, strict=True)
         ]
+
+    def _read(
+        self,
+        record: CommandRecord,
+        command: AppendCommand,
+        state: PartitionState,
+        read_from: str,
+        outbox: Outbox,
+    ) -> None:
+        """A read: the session's events from seq ``read_from`` on, at most
+        :data:`READ_REPLY_BYTES` a reply (always one event), answered from memory in O(what
+        is read). The reply is in the open transaction like any other, so it is seen only if
+        everything it shows was committed: a read is ordered with the session's appends.
+        Nothing of the session changes, and no request id is remembered."""
+        sid, rid, cid = command.session_id, command.request_id, command.client_id
+        error = self._refusal(record, command) or state.broken.get(sid)
+        start = int(read_from) if read_from.isdigit() else -1
+        if error is None and start < 0:
+            error = MalformedCommandError(
+                f"request {rid!r}: a read starts at a seq of 0 or more, not {read_from!r}"
+            )
+        headers: Headers = [*_REPLY_HEADERS, (HEADER_REQUEST, rid.encode())]
+        if error is not None:
+            metrics.READS.labels("refused").inc()
+            value = encode_reply(AppendReply.rejected(rid, cid, sid, error))
+        else:
+            metrics.READS.labels("served").inc()
+            held = state.sessions.get(sid)
+            end = 0 if held is None else len(held.session)
+            values: list[bytes] = []
+            size, seq = 0, start
+            while seq < end and held is not None:
+                (event_value,) = held.event_values(seq, seq + 1)
+                if values and size + len(event_value) > READ_REPLY_BYTES:
+                    headers.append((HEADER_READ_NEXT, str(seq).encode()))
+                    break
+                values.append(event_value)
+                size += len(event_value)
+                seq += 1
+            value = committed_reply(rid, cid, sid, values)
+        reply_partition = self._partition_of(cid, self.placement.reply_partitions)
+        outbox.put(
+            state.partition, self.topics.replies, value, cid.encode(), reply_partition, headers
+        )
 
     def _reply(
         self,

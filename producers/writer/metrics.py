@@ -107,4 +107,11 @@ OWNERS_FENCED = Counter(
 SNAPSHOTS = Counter(
     "dsh_writer_snapshots_total", "Session snapshots written, or skipped as too large.", ["result"]
 )
+READS = Counter(
+    "dsh_writer_reads_total",
+    "Session reads answered (SessionClient.read), by result: served or refused.",
+    ["result"],
+)
+for _result in ("served", "refused"):
+    READS.labels(_result)  # from 0 at start-up, so a first-incident increase() can fire
 DLQ = Counter("dsh_writer_dlq_total", "Command records sent to the DLQ (undecodable).")

@@ -37,7 +37,10 @@ def _string(s: str) -> bytes:
 def committed_reply(
     request_id: str, client_id: str, session_id: str, event_values: Sequence[bytes]
 ) -> bytes:
-    """``AppendReply`` with ``AppendCommitted`` (union branch 0) of the given event values."""
+    """``AppendReply`` with ``AppendCommitted`` (union branch 0) of the given event values
+    (none: a read of an unknown session)."""
+    # An Avro array is blocks of (count, items) ended by a count of 0; empty, only that 0.
+    events = (_long(len(event_values)), *(v[HEADER_SIZE:] for v in event_values), b"\x00")
     return b"".join(
         (
             _reply_header(),
@@ -45,9 +48,7 @@ def committed_reply(
             _string(client_id),
             _string(session_id),
             b"\x00",
-            _long(len(event_values)),
-            *(v[HEADER_SIZE:] for v in event_values),
-            b"\x00",
+            *(events if event_values else (b"\x00",)),
         )
     )
 

@@ -54,7 +54,7 @@ def _sessions(per_partition: int) -> list[str]:
 
 def _check_log(client: SessionClient, acked: dict[str, list[tuple[int, str]]]) -> None:
     for sid, acks in acked.items():
-        events = client.read(sid).events()
+        events = client.read_log(sid).events()
         assert [e.seq for e in events] == list(range(len(events))), sid
         ids = [e.data["id"] for e in events]
         assert len(ids) == len(set(ids)), f"{sid}: an append was published twice"
@@ -145,7 +145,7 @@ def test_a_paused_writer_that_lost_its_partitions_cannot_publish(
             a.signal(signal.SIGCONT)
             wait_for(lambda: "transaction aborted" in a.log(), 30, "the zombie's abort")
             time.sleep(1)  # anything it could still publish would be committed by now
-            events = client.read(sid).events()
+            events = client.read_log(sid).events()
             assert [e.data["id"] for e in events] == [
                 "warm-0",
                 "warm-1",

@@ -118,7 +118,7 @@ def test_the_memory_keeps_the_last_slots_and_validates_older_retries_again(
             assert committed.seq == 2
         with running_writer(topics, settings):
             assert attempt(client, 0) == committed  # now answered from the log
-        assert [e.type for e in client.read(sid).events()] == [
+        assert [e.type for e in client.read_log(sid).events()] == [
             "turn/start",
             "turn/end",
             "turn/start",

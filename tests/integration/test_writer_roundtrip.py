@@ -323,7 +323,7 @@ def test_a_retry_after_a_writer_restart_is_answered_from_the_log(topics: KafkaSe
             assert client.append_many(sid, batch, request_id="restart-r1") == original
             nxt = client.append(sid, "user/message", user("next"), surface_op="append")
         assert nxt.seq == 8
-        assert [e.seq for e in client.read(sid).events()] == list(range(9))
+        assert [e.seq for e in client.read_log(sid).events()] == list(range(9))
     with running_writer(topics, writer_settings(group_id=settings.group_id)) as third:
         assert third.partitions[home].sessions[sid].session.events() == client_events(topics, sid)
 
@@ -522,7 +522,7 @@ def test_a_timed_out_append_is_safe_to_retry_with_its_request_id(topics: KafkaSe
             )
             assert retried.seq == 0
             assert client.append(sid, "user/message", user("u1"), surface_op="append").seq == 1
-        assert [e.data["id"] for e in client.read(sid).events()] == ["u0", "u1"]
+        assert [e.data["id"] for e in client.read_log(sid).events()] == ["u0", "u1"]
 
 
 def test_offsets_are_only_sent_with_group_metadata_the_broker_checks(

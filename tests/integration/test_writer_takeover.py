@@ -122,7 +122,7 @@ def test_a_dead_owners_open_transaction_is_fenced_not_waited_out(
             a.kill()
             wait_for(lambda: b.owned() == ALL, 40, "the other writer taking every partition")
             assert held.result(30).seq == 3  # B answers it from the commands log
-            events = client.read(sid).events()
+            events = client.read_log(sid).events()
             assert [e.data["id"] for e in events] == ["warm-0", "warm-1", "warm-2", "dead-1"]
         log = b.log()
         assert "fenced dsh-writer-" in log, log[-2000:]

@@ -264,5 +264,5 @@ def load_in_order(topics: KafkaSettings, sessions: list[str]) -> None:
             for done in [pool.submit(appends, sid) for sid in sessions]:
                 done.result(120)
         for sid in sessions:
-            ids = [e.data["id"] for e in client.read(sid).events()]
+            ids = [e.data["id"] for e in client.read_log(sid).events()]
             assert ids == [f"u{i}" for i in range(APPENDS)], sid

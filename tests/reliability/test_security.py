@@ -269,6 +269,10 @@ def test_a_tenant_credential_writes_only_its_session_id_prefix(
             with pytest.raises(TenantForbiddenError) as caught:
                 client.append("globex-1", "turn/start", {"turn": 1})
             assert caught.value.code == "TENANT_PREFIX_FORBIDDEN"
+            assert [e.seq for e in client.read("acme-1").events()] == [0]
+            with pytest.raises(TenantForbiddenError) as caught:
+                client.read("globex-1")  # another tenant's session is not read either
+            assert caught.value.code == "TENANT_PREFIX_FORBIDDEN"
         # The right Kafka principal, the wrong tenant key (e.g. another tenant's name).
         with SessionClient(
             settings=acme, timeout=20, tenant="tenant-globex", tenant_key=keys["tenant-acme"]
@@ -281,8 +285,9 @@ def test_a_tenant_credential_writes_only_its_session_id_prefix(
             with pytest.raises(TenantForbiddenError) as caught:
                 client.append("acme-2", "turn/start", {"turn": 1})
             assert caught.value.code == "TENANT_MISSING"
-            assert [e.seq for e in client.read("acme-1").events()] == [0]
-            assert client.read("globex-1").events() == ()
+            with pytest.raises(TenantForbiddenError) as caught:
+                client.read("acme-1")  # a read needs the tenant's credential, as an append does
+            assert caught.value.code == "TENANT_MISSING"
         # A principal without a Kafka ACL on the commands topic cannot even start a client.
         globex = sasl_settings(cluster, "tenant-globex", PASSWORDS["tenant-globex"], prefix)
         with pytest.raises(Exception, match=r"missing|[Aa]uthoriz"):

@@ -11,11 +11,20 @@ from typing import Any
 import pytest
 
 from producers.tenancy import Tenancy, tenant_headers
-from producers.writer.commands import CommandHandler, Placement
+from producers.writer.commands import READ_REPLY_BYTES, CommandHandler, Placement
 from producers.writer.journal import REPLY, SNAPSHOT, Kind
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import Limits, PartitionState
-from schemas import AppendCommand, decode_event, decode_reply, draft, encode_command
+from schemas import (
+    HEADER_READ_FROM,
+    HEADER_READ_NEXT,
+    AppendCommand,
+    decode_event,
+    decode_reply,
+    draft,
+    encode_command,
+    header,
+)
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.topics import Topics
@@ -268,3 +277,65 @@ def test_a_session_is_snapshotted_every_n_events_in_the_same_transaction() -> No
     (snapshot,) = second.on(TOPICS.snapshots)
     assert snapshot.kind == SNAPSHOT and snapshot.key == SID.encode()
     assert state.sessions[SID].events_since_snapshot == 0
+
+
+def _read(rid: str, start: str, partition: int = HOME) -> Record:
+    headers = [(HEADER_READ_FROM, start.encode())]
+    return Record(command(rid, drafts=[]), SID.encode(), partition, _headers=headers)
+
+
+def _read_reply(out: ListOutbox) -> tuple[Any, str | None]:
+    (put,) = out.on(TOPICS.replies)
+    assert isinstance(put.kind, list)  # its own headers: the reply's, and where to go on
+    following = header(put.kind, HEADER_READ_NEXT)
+    return decode_reply(put.value or b""), following
+
+
+def test_a_read_is_answered_from_memory_in_parts_and_changes_nothing() -> None:
+    state = PartitionState(HOME)
+    h = handler()
+    big = "x" * (READ_REPLY_BYTES // 3)
+    for i in range(7):
+        drafts = [draft("user/message", user(f"u{i}", big), surface_op="append")]
+        handle(h, state, Record(command(f"append-{i}", drafts), SID.encode()))
+    assert len(state.sessions[SID].session) == 7
+    requests = dict(state.sessions[SID].requests)
+
+    seqs: list[int] = []
+    start: str | None = "0"
+    replies = 0
+    while start is not None:
+        out = handle(h, state, _read(f"read-{replies}", start))
+        assert out.on(TOPICS.events) == [] and out.on(TOPICS.snapshots) == []
+        reply, start = _read_reply(out)
+        assert reply.exception() is None
+        seqs += [r.event["seq"] for r in reply.events]
+        replies += 1
+    assert seqs == list(range(7))  # every event once, in order
+    assert replies == 4  # at most 512 KiB a reply: two events of a third of it each
+    assert state.sessions[SID].requests == requests and len(state.sessions[SID].session) == 7
+
+    tail, following = _read_reply(handle(h, state, _read("read-tail", "5")))
+    assert [r.event["seq"] for r in tail.events] == [5, 6] and following is None
+
+
+def test_a_read_of_an_unknown_session_is_empty_and_keeps_no_state() -> None:
+    state = PartitionState(HOME)
+    reply, following = _read_reply(handle(handler(), state, _read("r", "0")))
+    assert reply.exception() is None and not reply.events and following is None
+    assert SID not in state.sessions
+
+
+@pytest.mark.parametrize(
+    ("record", "error"),
+    [
+        (_read("r", "0", (HOME + 1) % PARTITIONS), "WrongPartitionError"),
+        (_read("r", "-1"), "MalformedCommandError"),
+        (_read("r", "one"), "MalformedCommandError"),
+    ],
+    ids=["wrong partition", "a negative seq", "not a number"],
+)
+def test_a_read_that_may_not_be_answered_is_refused(record: Record, error: str) -> None:
+    reply, _ = _read_reply(handle(handler(), PartitionState(HOME), record))
+    raised = reply.exception()
+    assert raised is not None and type(raised).__name__ == error

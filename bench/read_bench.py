@@ -1,0 +1,197 @@
+"""Read benchmark: what one session's read costs, and whether it grows with its neighbours.
+
+A 100-event session is read from a partition that also holds ``--others`` events of other
+sessions (its commands interleaved with theirs, the costly case for a scan), and a same-size
+session from a partition holding nothing else. Each is read with ``SessionClient.read`` (the
+writer that owns the session answers from memory) and ``SessionClient.read_log`` (a scan of
+the partition, for when no writer answers). Beside them, in the same run: the raw ceiling of
+a read's round trip, a one-record Kafka transaction with consumed offsets (the writer answers
+inside such a transaction).
+
+With ``--redis``, also the surface of the 100-event session from Redis through
+``projectors.views.Views`` (a projector process is started), beside a raw pipelined read of
+the same keys in one MULTI.
+
+Run against a stack you started (`dsh up`):
+    .venv/bin/python -m bench.read_bench --bootstrap 127.0.0.1:19092 --redis redis://127.0.0.1:16379/0
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.figures import p50_p99_ms
+from bench.raw_kafka import raw_ceiling
+from bench.stack import begin, bench_parser, run_id, start_projector, start_writer, stop
+from bench.workload import message
+from producers import SessionClient, draft
+from projectors.keys import Keys
+from projectors.views import Views
+from servicekit.partitioning import partition_for
+from servicekit.settings import KafkaSettings
+
+BUSY, QUIET = 0, 1  # partitions
+EVENTS = 100  # of each session read
+PER_COMMAND = 10
+
+
+def session_on(partition: int, partitions: int, name: str, taken: set[str]) -> str:
+    i = 0
+    while True:
+        sid = f"{name}-{i}"
+        if sid not in taken and partition_for(sid, partitions) == partition:
+            taken.add(sid)
+            return sid
+        i += 1
+
+
+def fill(client: SessionClient, target: str, others: list[str], per_other: int) -> None:
+    """``target``'s events interleaved with every other session's, 10 per command."""
+    futures = []
+    rounds = max(EVENTS, per_other) // PER_COMMAND
+    for r in range(rounds):
+        for sid, count in [(target, EVENTS), *[(o, per_other) for o in others]]:
+            start = r * PER_COMMAND
+            if start >= count:
+                continue
+            drafts = [
+                draft("user/message", message(start + k), surface_op="append")
+                for k in range(min(PER_COMMAND, count - start))
+            ]
+            futures.append(client.append_many_async(sid, drafts))
+        if len(futures) > 4000:
+            for f in futures:
+                f.result()
+            futures.clear()
+    for f in futures:
+        f.result()
+
+
+def timed(fn: Callable[[], Any], trials: int) -> list[float]:
+    out = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def figures(samples: list[float]) -> dict[str, float]:
+    p50, p99 = p50_p99_ms(samples)
+    return {"p50_ms": p50, "p99_ms": p99}
+
+
+def redis_rows(
+    kafka: KafkaSettings, url: str, sid: str, trials: int
+) -> dict[str, dict[str, float]]:
+    prefix = f"readbench-{run_id()}"
+    projector = start_projector(kafka, url, prefix)
+    client = redis.Redis.from_url(url)
+    keys = Keys(prefix)
+    views = Views(client, keys, timeout_s=120)
+    try:
+        views.surface(sid, at_least=EVENTS - 1)  # the projector has caught up
+        assert len(views.surface(sid).messages) == EVENTS
+
+        def raw() -> None:
+            pipe = client.pipeline(transaction=True)
+            pipe.hgetall(keys.meta("surface", sid))
+            pipe.hgetall(keys.session(sid, "surface", "messages"))
+            pipe.lrange(keys.session(sid, "surface", "nodes"), 0, -1)
+            pipe.execute()
+
+        return {
+            "surface from Redis (Views.surface)": figures(
+                timed(lambda: views.surface(sid), trials)
+            ),
+            "surface, at least its last seq": figures(
+                timed(lambda: views.surface(sid, at_least=EVENTS - 1), trials)
+            ),
+            "raw: the same keys in one MULTI": figures(timed(raw, trials)),
+        }
+    finally:
+        stop(projector)
+        client.close()
+
+
+def main() -> int:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--others", type=int, default=200_000, help="events of other sessions")
+    parser.add_argument("--per-other", type=int, default=100, help="events per other session")
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--scan-trials", type=int, default=5)
+    parser.add_argument("--redis", default=None, help="a Redis URL: also the surface read")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    kafka = begin(args.bootstrap, args.partitions)
+    taken: set[str] = set()
+    busy = session_on(BUSY, args.partitions, "busy", taken)
+    quiet = session_on(QUIET, args.partitions, "quiet", taken)
+    others = [
+        session_on(BUSY, args.partitions, "other", taken)
+        for _ in range(args.others // args.per_other)
+    ]
+    log = Path(f"/tmp/read-bench-{run_id()[:6]}.log")
+    writer = start_writer(kafka, f"read-bench-{run_id()}", log=log)
+    rows: dict[str, dict[str, float]] = {}
+    try:
+        with SessionClient(settings=kafka, timeout=120) as client:
+            started = time.monotonic()
+            fill(client, busy, others, args.per_other)
+            fill(client, quiet, [], 0)
+            filled_s = time.monotonic() - started
+            assert len(client.read(busy)) == len(client.read(quiet)) == EVENTS
+            timed(lambda: client.read(quiet), 10)  # warm
+            rows["read, alone on its partition"] = figures(
+                timed(lambda: client.read(quiet), args.trials)
+            )
+            rows[f"read, beside {args.others:,} other events"] = figures(
+                timed(lambda: client.read(busy), args.trials)
+            )
+            rows["read_log (scan), alone"] = figures(
+                timed(lambda: client.read_log(quiet), args.scan_trials)
+            )
+            rows[f"read_log (scan), beside {args.others:,}"] = figures(
+                timed(lambda: client.read_log(busy), args.scan_trials)
+            )
+        ceiling = raw_ceiling(kafka, 2.0, 200.0)
+        rows["raw: one-record transaction + offsets"] = {
+            "p50_ms": round(ceiling["offsets_p50_ms"], 1),
+            "p99_ms": round(ceiling["offsets_p99_ms"], 1),
+        }
+        if args.redis:
+            rows.update(redis_rows(kafka, args.redis, busy, args.trials))
+    finally:
+        stop(writer)
+        log.unlink(missing_ok=True)
+    alone = rows["read, alone on its partition"]["p50_ms"]
+    beside = rows[f"read, beside {args.others:,} other events"]["p50_ms"]
+    result: dict[str, Any] = {
+        "others": args.others,
+        "fill_seconds": round(filled_s, 1),
+        "rows": rows,
+        "busy_over_alone_p50": round(beside / alone, 2),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(
+        f"a {EVENTS}-event session; its busy partition holds {args.others:,} events of "
+        f"{len(others)} other sessions, interleaved (filled in {filled_s:.0f}s)"
+    )
+    for name, r in rows.items():
+        print(f"  {name:44s} p50 {r['p50_ms']:8.1f} ms   p99 {r['p99_ms']:8.1f} ms")
+    print(f"  read beside the others / read alone (p50): {result['busy_over_alone_p50']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
