@@ -82,6 +82,17 @@ def timed(fn: Callable[[], Any], trials: int) -> list[float]:
     return out
 
 
+def alternated(
+    first: Callable[[], Any], second: Callable[[], Any], trials: int
+) -> tuple[list[float], list[float]]:
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(trials):
+        a += timed(first, 1)
+        b += timed(second, 1)
+    return a, b
+
+
 def figures(samples: list[float]) -> dict[str, float]:
     p50, p99 = p50_p99_ms(samples)
     return {"p50_ms": p50, "p99_ms": p99}
@@ -150,12 +161,12 @@ def main() -> int:
             filled_s = time.monotonic() - started
             assert len(client.read(busy)) == len(client.read(quiet)) == EVENTS
             timed(lambda: client.read(quiet), 10)  # warm
-            rows["read, alone on its partition"] = figures(
-                timed(lambda: client.read(quiet), args.trials)
+            # Alternated, so that a drift of the machine falls on both alike.
+            quiet_reads, busy_reads = alternated(
+                lambda: client.read(quiet), lambda: client.read(busy), args.trials
             )
-            rows[f"read, beside {args.others:,} other events"] = figures(
-                timed(lambda: client.read(busy), args.trials)
-            )
+            rows["read, alone on its partition"] = figures(quiet_reads)
+            rows[f"read, beside {args.others:,} other events"] = figures(busy_reads)
             rows["read_log (scan), alone"] = figures(
                 timed(lambda: client.read_log(quiet), args.scan_trials)
             )

@@ -30,6 +30,8 @@ def restore(
     *,
     mark_end: bool = True,
 ) -> Session:
+    """``session`` with ``events`` applied, which continue it: from seq 0 for a new session,
+    from ``len(session)`` to bring a restored one up to date (a tail read since)."""
     for event_type, interpreter in (projections or {}).items():
         session.register_message_projection(event_type, interpreter)
     # Restore builds many long-lived, acyclic objects (frozen JSON, events). The cycle collector
@@ -58,10 +60,10 @@ def _replay(session: Session, events: Iterable[Event | Mapping[str, Any]]) -> Ev
                 _check_envelope(ev)  # from_json checks the same for wire dicts
             else:
                 ev = Event.from_json(raw)  # type: ignore[arg-type]
-            if ev.seq != index:
+            if ev.seq != start + index:
                 raise RestoreError(
-                    f"event at index {index} has seq {ev.seq} (expected {index}); a log must be "
-                    "contiguous from 0",
+                    f"event at index {index} has seq {ev.seq} (expected {start + index}); a log "
+                    f"must be contiguous from {start}",
                     index=index,
                     code="RESTORE_NOT_CONTIGUOUS",
                 )

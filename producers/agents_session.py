@@ -7,11 +7,12 @@ Each SDK input item is one event (the mapping: ``producers.agents_items``), and 
 carries the item as it was added, so ``get_items`` gives back exactly what was added.
 
 ``get_items`` returns the *surface* — what the model sees next — so a compaction appended by
-any service replaces the history the SDK sends. Like the SDK's own backends, there is no
-private copy: every call reads the session as committed now (:meth:`_read`, the one read path)
-and plans its appends on that read; a batch is one all-or-nothing command sent with
-``expected_seq``, so if another producer appended in between it is refused whole
-(EXPECTED_SEQ_MISMATCH), read again and planned again, never forked.
+any service replaces the history the SDK sends. Like the SDK's own backends, every read is of
+the session as committed now (:meth:`_read`, the one read path: the writer answers it). A
+write is planned on the state this instance last read or committed, and sent as one
+all-or-nothing command with ``expected_seq``: if another producer appended since, it is
+refused whole (EXPECTED_SEQ_MISMATCH), planned again on a fresh read, never forked. So an
+``add_items`` is one round trip unless another producer got in first.
 
 Every call runs its blocking work in a worker thread under a ``threading.Lock`` of this
 object, so one instance is safe from any thread and any event loop.
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import dsh
 from dsh.errors import ValidationError
 from dsh.projections import Interpreter
+from dsh.restore import restore
 from producers.agents_items import (
     PLUGIN,
     Planner,
@@ -100,7 +102,11 @@ class DshAgentsSession:
         )
         self.source = {"kind": "model", "provider": provider, "model": model}
         self.timeout_s = timeout_s
-        self._reader = reader or (lambda sid: client.read(sid, None, interpreters))
+        self._reader = reader
+        self._interpreters = client.interpreters if interpreters is None else interpreters
+        # What this instance last read or committed: writes are planned on it, and a stale one
+        # is refused by expected_seq. None while a plan may have changed it.
+        self._known: dsh.Session | None = None
         # Held by worker threads, never by an event loop: no asyncio primitive is shared
         # across loops.
         self._lock = threading.Lock()
@@ -130,9 +136,22 @@ class DshAgentsSession:
         return await asyncio.to_thread(locked)
 
     def _read(self) -> dsh.Session:
-        """The session as committed now: the one read path (a cheaper read-your-writes source
-        can replace ``reader``)."""
-        return self._reader(self.session_id)
+        """The session as committed now: the one read path. What this instance knew is
+        brought up to date with the events since (the writer answers from its end), so a
+        read costs what changed, not the session; ``reader`` replaces it with whole reads."""
+        known, self._known = self._known, None  # kept again once brought up to date
+        if self._reader is not None:
+            self._known = self._reader(self.session_id)
+            return self._known
+        interpreters = None  # registered once, on the session they are restored into
+        if known is None:
+            known = dsh.Session(self.session_id)
+            interpreters = self._interpreters
+        # Events this instance planned and saw committed keep its own clock's times; every
+        # other field is as logged (expected_seq committed them exactly there).
+        tail = self.client.read_events(self.session_id, len(known), self.timeout_s)
+        self._known = restore(known, tail, interpreters, mark_end=False)
+        return self._known
 
     def _get_items(self, limit: int | None) -> list[TResponseInputItem]:
         from agents.memory.session_settings import resolve_session_limit
@@ -190,15 +209,17 @@ class DshAgentsSession:
         self._append(plan)
 
     def _append(self, plan: Callable[[Planner], None]) -> None:
-        """Plan on a fresh read (the read copy checks every event and gives its seq), then send
-        the plan as one all-or-nothing command expecting that seq; planned again if another
-        producer appended in between."""
+        """Plan on what this instance last read or committed (the copy checks every event and
+        gives its seq), then send the plan as one all-or-nothing command expecting that seq;
+        planned again on a fresh read if another producer appended since."""
         for attempt in range(1, ATTEMPTS + 1):
-            local = self._read()
+            local = self._known if attempt == 1 and self._known is not None else self._read()
+            self._known = None  # the plan changes it: kept again only if it commits
             start = len(local)
             planner = Planner(local, self.source)
             plan(planner)  # raises before anything is sent: the batch is all-or-nothing
             if not planner.drafts:
+                self._known = local
                 return
             drafts = [
                 draft(type_, data, surface_op=op, source_event_seqs=sources)
@@ -208,6 +229,7 @@ class DshAgentsSession:
                 self.client.append_many(
                     self.session_id, drafts, expected_seq=start, timeout=self.timeout_s
                 )
+                self._known = local  # as committed, but for the times the writer gave
                 return
             except ValidationError as exc:
                 if exc.code != "EXPECTED_SEQ_MISMATCH" or attempt == ATTEMPTS:

@@ -306,8 +306,21 @@ class SessionClient:
         partition holds. Ordered with the session's appends: it holds every append committed
         before it was asked, this client's and every other service's. An unknown id is an
         empty session."""
+        return restore(
+            dsh.Session(session_id),
+            self.read_events(session_id, 0, timeout),
+            self.interpreters if interpreters is None else interpreters,
+            mark_end=False,
+        )
+
+    def read_events(
+        self, session_id: str, from_seq: int = 0, timeout: float | None = None
+    ) -> list[dsh.Event]:
+        """The session's committed events from seq ``from_seq`` on, as :meth:`read` reads
+        them: a session read before is brought up to date with what came since
+        (``dsh.restore.restore(session, events, …)`` continues it)."""
         events: list[dsh.Event] = []
-        start: int | None = 0
+        start: int | None = from_seq
         while start is not None:
             future = self._submit(
                 session_id, [], None, None, timeout, shape="read", read_from=start
@@ -317,12 +330,7 @@ class SessionClient:
             finally:
                 del future  # as in append
             events += got
-        return restore(
-            dsh.Session(session_id),
-            events,
-            self.interpreters if interpreters is None else interpreters,
-            mark_end=False,
-        )
+        return events
 
     def read_log(
         self,

@@ -248,6 +248,33 @@ def test_another_instances_append_is_on_the_next_read(client: SessionClient) -> 
     assert [i["content"] for i in _run(b.get_items())] == ["from A", "A again"]
 
 
+def test_a_read_asks_the_writer_only_for_what_came_since(
+    client: SessionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read costs what changed since this instance's last read or write, not the session:
+    the writer is asked for the tail only, and another instance's append is in it."""
+    asked: list[int] = []
+    real = client.read_events
+
+    def counted(session_id: str, from_seq: int = 0, timeout: float | None = None) -> Any:
+        asked.append(from_seq)
+        return real(session_id, from_seq, timeout)
+
+    monkeypatch.setattr(client, "read_events", counted)
+    a = DshAgentsSession("agents-tail", client)
+    b = DshAgentsSession("agents-tail", client)
+    _run(a.add_items([{"role": "user", "content": f"a{i}"} for i in range(3)]))
+    assert asked == [0]  # nothing known yet: the whole (empty) session
+    _run(a.add_items([{"role": "user", "content": "a3"}]))
+    assert asked == [0]  # planned on what it committed: no read at all
+    known_to_a = len(real("agents-tail"))
+    _run(b.add_items([{"role": "user", "content": "from b"}]))
+    asked.clear()
+    items = _run(a.get_items())
+    assert [i["content"] for i in items] == ["a0", "a1", "a2", "a3", "from b"]
+    assert asked == [known_to_a] and known_to_a > 0  # the tail after a's events only
+
+
 ROUND_TRIP: list[Any] = [
     {"role": "system", "content": "Be brief."},
     {"role": "developer", "content": [{"type": "input_text", "text": "Use metric units."}]},
