@@ -30,6 +30,8 @@ from bench.figures import p50_p99_ms
 from bench.raw_kafka import raw_ceiling
 from bench.stack import begin, bench_parser, run_id, start_projector, start_writer, stop
 from bench.workload import message
+from bench.writer_metrics import scrape
+from deploy.local.processes import free_ports
 from producers import SessionClient, draft
 from projectors.keys import Keys
 from projectors.views import Views
@@ -80,6 +82,26 @@ def timed(fn: Callable[[], Any], trials: int) -> list[float]:
         fn()
         out.append(time.perf_counter() - t0)
     return out
+
+
+def snapshots_written(port: int) -> float:
+    return sum(v for k, v in scrape(port).items() if k.startswith("dsh_writer_snapshots_total"))
+
+
+def settle(client: SessionClient, sid: str, metrics_port: int) -> tuple[float, int]:
+    """Until the writer's checkpoint of the busy partition is done. After the fill, every
+    batch of that partition (a read's too) carries up to 1 MiB of the snapshots that
+    checkpoint owes (``CHECKPOINT_BYTES_PER_BATCH``) until every session is covered; that is
+    a cost of the burst, measured here apart, not of a read."""
+    started, reads, quiet = time.monotonic(), 0, 0
+    before = snapshots_written(metrics_port)
+    while quiet < 5:
+        client.read(sid)
+        reads += 1
+        now = snapshots_written(metrics_port)
+        quiet = quiet + 1 if now == before else 0
+        before = now
+    return time.monotonic() - started, reads
 
 
 def alternated(
@@ -151,7 +173,8 @@ def main() -> int:
         for _ in range(args.others // args.per_other)
     ]
     log = Path(f"/tmp/read-bench-{run_id()[:6]}.log")
-    writer = start_writer(kafka, f"read-bench-{run_id()}", log=log)
+    metrics_port = free_ports(1)[0]
+    writer = start_writer(kafka, f"read-bench-{run_id()}", metrics_port=metrics_port, log=log)
     rows: dict[str, dict[str, float]] = {}
     try:
         with SessionClient(settings=kafka, timeout=120) as client:
@@ -160,6 +183,7 @@ def main() -> int:
             fill(client, quiet, [], 0)
             filled_s = time.monotonic() - started
             assert len(client.read(busy)) == len(client.read(quiet)) == EVENTS
+            settle_s, settle_reads = settle(client, busy, metrics_port)
             timed(lambda: client.read(quiet), 10)  # warm
             # Alternated, so that a drift of the machine falls on both alike.
             quiet_reads, busy_reads = alternated(
@@ -188,6 +212,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "others": args.others,
         "fill_seconds": round(filled_s, 1),
+        "checkpoint_after_fill": {"seconds": round(settle_s, 1), "reads": settle_reads},
         "rows": rows,
         "busy_over_alone_p50": round(beside / alone, 2),
     }
@@ -196,7 +221,8 @@ def main() -> int:
         return 0
     print(
         f"a {EVENTS}-event session; its busy partition holds {args.others:,} events of "
-        f"{len(others)} other sessions, interleaved (filled in {filled_s:.0f}s)"
+        f"{len(others)} other sessions, interleaved (filled in {filled_s:.0f}s; the writer's "
+        f"checkpoint of it then took {settle_s:.1f}s, {settle_reads} reads carrying it)"
     )
     for name, r in rows.items():
         print(f"  {name:44s} p50 {r['p50_ms']:8.1f} ms   p99 {r['p99_ms']:8.1f} ms")
