@@ -4,6 +4,9 @@ published figures were measured with, so that runs stay comparable with them."""
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Callable
+from typing import Any
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -17,3 +20,13 @@ def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
     in ms to a tenth (the projector benchmark's method); at least two samples."""
     p99 = statistics.quantiles(seconds, n=100)[98]
     return round(statistics.median(seconds) * 1000, 1), round(p99 * 1000, 1)
+
+
+def timed(fn: Callable[[], Any], trials: int) -> list[float]:
+    """Seconds each of ``trials`` calls of ``fn`` took, one after another."""
+    out = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from bench.figures import p50_p99_ms
+from bench.figures import p50_p99_ms, timed
 from bench.raw_kafka import raw_ceiling
 from bench.stack import begin, bench_parser, run_id, start_projector, start_writer, stop
 from bench.workload import message
@@ -73,15 +73,6 @@ def fill(client: SessionClient, target: str, others: list[str], per_other: int) 
             futures.clear()
     for f in futures:
         f.result()
-
-
-def timed(fn: Callable[[], Any], trials: int) -> list[float]:
-    out = []
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def snapshots_written(port: int) -> float:

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bench.figures import percentile
+from bench.figures import percentile, timed
 from bench.stack import bench_parser, fresh_topics, run_id, start_writer, stop
 from bench.workload import message
 from producers import SessionClient, draft
@@ -100,15 +98,6 @@ def raw_read(kafka: KafkaSettings, topic: str, fresh: Consumer | None) -> int:
     if fresh is None:
         consumer.close()
     return n
-
-
-def timed(fn: Callable[[], Any], trials: int) -> list[float]:
-    out = []
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def summary(samples: list[float]) -> dict[str, float]:

@@ -40,6 +40,7 @@ from tests.integration.projector_support import (
     scripted_session,
 )
 from tests.integration.writer_support import running_writer, writer_settings
+from tests.support.processes import run_dsh
 from tests.support.waiting import wait_for
 
 
@@ -67,14 +68,7 @@ def _env(kafka: KafkaSettings, redis_url: str, key_prefix: str, **extra: str) ->
 
 
 def _dsh(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_dsh(env, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -6,34 +6,19 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from deploy.local.processes import free_ports, port_is_free
+from deploy.local.processes import free_ports
+from tests.support.processes import free_port_run, run_dsh
 
 SERVICES = {"writer", "project-surface", "project-transcript", "project-audit"}
 
 
-def _free_port_run(count: int) -> int:
-    """The first of ``count`` consecutive free ports (the services' /metrics ports)."""
-    while True:
-        (base,) = free_ports(1)
-        if base + count < 65536 and all(port_is_free(base + i) for i in range(count)):
-            return base
-
-
 def _dsh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_dsh(env, *args, timeout=180)
 
 
 @pytest.fixture
@@ -46,7 +31,7 @@ def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "DSH_LOCAL_CONTROLLER_PORT": str(controller_port),
         "DSH_LOCAL_REDIS_PORT": str(redis_port),
         "DSH_LOCAL_PARTITIONS": "2",
-        "DSH_LOCAL_METRICS_PORT": str(_free_port_run(4)),
+        "DSH_LOCAL_METRICS_PORT": str(free_port_run(4)),
     }
     try:
         yield env

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,27 +15,14 @@ from typing import Any
 import pytest
 
 from deploy.local.processes import free_ports, port_is_free
+from tests.support.processes import free_port_run, run_dsh
 from tests.support.waiting import wait_for
 
 FORMATS = Path(__file__).resolve().parents[1] / "unit" / "data" / "formats"
 
 
-def _free_port_run(count: int) -> int:
-    while True:
-        (base,) = free_ports(1)
-        if base + count < 65536 and all(port_is_free(base + i) for i in range(count)):
-            return base
-
-
 def _dsh(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_dsh(env, *args, timeout=timeout)
 
 
 def _bare_env(state_dir: Path) -> dict[str, str]:
@@ -57,7 +43,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         "DSH_LOCAL_CONTROLLER_PORT": str(controller_port),
         "DSH_LOCAL_REDIS_PORT": str(redis_port),
         "DSH_LOCAL_PARTITIONS": "2",
-        "DSH_LOCAL_METRICS_PORT": str(_free_port_run(4)),
+        "DSH_LOCAL_METRICS_PORT": str(free_port_run(4)),
     }
     try:
         up = _dsh(env, "up", "--json")

@@ -95,3 +95,27 @@ def service_env(
     env["DSH_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap_servers
     env["DSH_KAFKA_TOPIC_PREFIX"] = kafka.topic_prefix
     return env | settings
+
+
+def run_dsh(
+    env: Mapping[str, str] | None, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``dsh ARGS`` run to its end in ``env`` (None: this process's), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports (the services' /metrics ports)."""
+    from deploy.local.processes import free_ports, port_is_free
+
+    while True:
+        (base,) = free_ports(1)
+        if base + count < 65536 and all(port_is_free(base + i) for i in range(count)):
+            return base
