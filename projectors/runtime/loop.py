@@ -84,6 +84,8 @@ class Loop(Generic[S]):
         self.inflight: Batch | None = None  # submitted to Redis, not settled yet
         self._consumer: Consumer | None = None  # while run() runs
         self._published: Counter[str] = Counter()  # stats already counted in Prometheus
+        # The offset last committed per partition, once this process committed one there.
+        self._committed: dict[int, int] = {}
         self._watchdog = CallWatchdog(0)  # off outside run()
 
     def run(self, consumer: Consumer, membership: Membership, stop: threading.Event) -> None:
@@ -100,6 +102,8 @@ class Loop(Generic[S]):
                     # they are planned while Redis applies it. Otherwise wait for the next.
                     batch = self._next_batch(consumer, membership, wait=self.inflight is None)
                     self._step(consumer, [m for m in batch if self._usable(m)], stop)
+                    if not batch and self.inflight is None:
+                        self._commit_past_markers(consumer)
                 self._finish_inflight(consumer, wait=True)
         finally:
             self.inflight = None
@@ -157,6 +161,8 @@ class Loop(Generic[S]):
         for m in messages:
             ends[m.partition() or 0] = max(ends.get(m.partition() or 0, -1), m.offset() or 0)
         offsets = [TopicPartition(self.topic, p, o + 1) for p, o in ends.items()]
+        for p, o in ends.items():
+            self._committed[p] = o + 1
         try:
             if not wait:
                 consumer.commit(offsets=offsets, asynchronous=True)
@@ -164,6 +170,27 @@ class Loop(Generic[S]):
             with self._watchdog.watch("commit", _COMMIT_BOUND_S):
                 consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as exc:  # a rebalance in between: the next owner re-applies, harmlessly
+            self._commit_failed(exc)
+
+    def _commit_past_markers(self, consumer: Consumer) -> None:
+        """Idle, with every record taken applied and committed: commit the consumer's
+        position where it passed what is not a record. A transaction's commit marker takes an
+        offset after its last record, so a commit of last + 1 left Kafka's own lag reading
+        (``kafka-consumer-groups``, any lag alert) at 1 for good on every partition written."""
+        try:
+            positions = consumer.position(consumer.assignment())
+        except KafkaException:
+            return  # a rebalance under way: the next idle poll tries again
+        # A partition taken over from another owner is committed once at its position (the
+        # previous owner may have stopped before a marker); an unknown position is negative.
+        ahead = [tp for tp in positions if tp.offset > self._committed.get(tp.partition, -1)]
+        if not ahead:
+            return
+        for tp in ahead:
+            self._committed[tp.partition] = tp.offset
+        try:
+            consumer.commit(offsets=ahead, asynchronous=True)
+        except KafkaException as exc:
             self._commit_failed(exc)
 
     def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:

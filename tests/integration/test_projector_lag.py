@@ -1,0 +1,62 @@
+"""Kafka's own lag reading of the projector groups: the committed offset against the end of the
+partition, as ``kafka-consumer-groups`` computes it. Every record on the events topic is
+written in a transaction, whose commit marker takes the offset after the last record; caught
+up and idle, a projector commits past it, so the lag reads 0, not 1 for good."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Consumer, TopicPartition
+
+from projectors.views import Views
+from servicekit.settings import KafkaSettings
+from tests.conftest import TEST_PARTITIONS, Servers
+from tests.integration.projector_support import (
+    events_of,
+    projectors_running,
+    publish,
+    simple_session,
+)
+from tests.support.waiting import wait_for
+
+PROJECTIONS = ("surface", "transcript", "audit")
+
+
+def _lag(kafka: KafkaSettings, group: str) -> dict[int, int]:
+    """End offset minus committed offset, per partition that holds anything."""
+    topic = kafka.topic("events")
+    probe = Consumer({**kafka.client_config(), "group.id": group, "enable.auto.commit": False})
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(TEST_PARTITIONS)]
+        committed = {tp.partition: tp.offset for tp in probe.committed(partitions, timeout=10)}
+        lag = {}
+        for p in range(TEST_PARTITIONS):
+            _, end = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if end > 0:
+                lag[p] = end - committed[p]
+        return lag
+    finally:
+        probe.close()
+
+
+def test_caught_up_projectors_read_lag_0_in_kafkas_own_terms(
+    topics: KafkaSettings, servers: Servers, redis_client: object
+) -> None:
+    sessions = [simple_session(f"lag-{uuid.uuid4().hex[:6]}-{i}", turns=2) for i in range(6)]
+    publish(topics, events_of(*sessions), per_transaction=7)  # many markers, one per 7 records
+    views = Views(redis_client, timeout_s=60)  # type: ignore[arg-type]
+    group_prefix = f"g-{topics.topic_prefix}"
+    with projectors_running(topics, servers.redis_url):
+        for s in sessions:
+            for read in (views.surface, views.transcript, views.audit):
+                read(s.id, at_least=len(s) - 1)
+        for projection in PROJECTIONS:
+            group = f"{group_prefix}-{projection}"
+
+            def at_zero(group: str = group) -> bool:
+                return set(_lag(topics, group).values()) == {0}
+
+            wait_for(at_zero, 30, f"the {projection} group's lag to read 0")
+        lags = {p: _lag(topics, f"{group_prefix}-{p}") for p in PROJECTIONS}
+    assert all(lag and set(lag.values()) == {0} for lag in lags.values()), lags
