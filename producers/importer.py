@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,8 @@ class ImportResult:
     published: int  # events appended by this run
     final_seq: int  # last seq of the session, -1 if empty
     seconds: float
+    # The lineage DSH wrote in the file's header (cwd, parentSession, isSeeded), as it was.
+    lineage: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +112,7 @@ class ImportResult:
             "published": self.published,
             "finalSeq": self.final_seq,
             "seconds": round(self.seconds, 3),
+            **({"lineage": self.lineage} if self.lineage else {}),
         }
 
 
@@ -403,4 +406,5 @@ def import_file(
         published=published,
         final_seq=len(events) - 1,
         seconds=time.perf_counter() - started,
+        lineage=header.lineage(),
     )

@@ -13,17 +13,36 @@ __all__ = ["BAD_HEADER", "SESSION_FORMAT_VERSION", "SessionHeader", "parse_heade
 BAD_HEADER = "BAD_HEADER"
 
 _KEYS = frozenset({"type", "version", "id", "createdAt"})
+# What DSH's own session package writes beside them: where the session ran, the session it
+# was forked from, and whether it was seeded from one.
+_LINEAGE = {"cwd": "cwd", "parentSession": "parent_session", "isSeeded": "is_seeded"}
 
 
 @dataclass(frozen=True, slots=True)
 class SessionHeader:
     """``version`` is what the events now are (always 3 once read); ``source_version`` is what
-    the file held, so an importer can tell a migrated log from a native one."""
+    the file held, so an importer can tell a migrated log from a native one.
+
+    ``cwd``, ``parent_session`` and ``is_seeded``: the lineage DSH records (None: not in the
+    file). ``extra``: keys a newer DSH wrote that this version does not know, kept as they
+    were (key, JSON value) so that a rewrite of the file loses nothing."""
 
     id: str
     created_at: int
     version: int = SESSION_FORMAT_VERSION
     source_version: int = SESSION_FORMAT_VERSION
+    cwd: str | None = None
+    parent_session: str | None = None
+    is_seeded: bool | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def lineage(self) -> dict[str, Any]:
+        """The lineage keys the file carried, under their wire names."""
+        return {
+            wire: getattr(self, name)
+            for wire, name in _LINEAGE.items()
+            if getattr(self, name) is not None
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -31,6 +50,8 @@ class SessionHeader:
             "version": self.version,
             "id": self.id,
             "createdAt": self.created_at,
+            **self.lineage(),
+            **dict(self.extra),
         }
 
 
@@ -44,10 +65,6 @@ def parse_header(value: Any, line: int = 1) -> SessionHeader:
         raise bad("must be a JSON object")
     if value.get("type") != "session":
         raise bad('must have "type": "session"')
-    # Unknown keys would be dropped on rewrite; a newer writer must bump the version instead.
-    unknown = sorted(set(value) - _KEYS)
-    if unknown:
-        raise bad(f"has unknown keys {unknown}")
     version, session_id, created_at = value.get("version"), value.get("id"), value.get("createdAt")
     if not is_int(version) or version < 0:
         raise bad(f"version must be a non-negative int, got {version!r}")
@@ -55,4 +72,13 @@ def parse_header(value: Any, line: int = 1) -> SessionHeader:
         raise bad(f"id must be a non-empty string, got {session_id!r}")
     if not is_int(created_at) or created_at < 0:
         raise bad(f"createdAt must be epoch milliseconds (a non-negative int), got {created_at!r}")
-    return SessionHeader(session_id, created_at, version, version)
+    cwd, parent, seeded = (value.get(k) for k in _LINEAGE)
+    for key, got, kind in (
+        ("cwd", cwd, str),
+        ("parentSession", parent, str),
+        ("isSeeded", seeded, bool),
+    ):
+        if got is not None and type(got) is not kind:
+            raise bad(f"{key} must be a {kind.__name__}, got {got!r}")
+    extra = tuple((k, value[k]) for k in sorted(value) if k not in _KEYS and k not in _LINEAGE)
+    return SessionHeader(session_id, created_at, version, version, cwd, parent, seeded, extra)

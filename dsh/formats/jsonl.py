@@ -6,6 +6,7 @@ Reading migrates any older version to v3; writing only ever produces v3.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import stat
@@ -53,7 +54,9 @@ def read_entries(
     if header is None:
         raise FormatError("session file has no header line", code=BAD_HEADER)
     migrated = migrate_entries(header.version, entries)
-    header = SessionHeader(header.id, header.created_at, SESSION_FORMAT_VERSION, header.version)
+    header = dataclasses.replace(
+        header, version=SESSION_FORMAT_VERSION, source_version=header.version
+    )
     return header, migrated
 
 

@@ -91,7 +91,8 @@ def test_only_newline_ends_a_line(tmp_path: Path) -> None:
         ('{"type":"session","version":3,"id":"","createdAt":0}', ["id"]),
         ('{"type":"session","version":3,"id":"s"}', ["createdAt"]),
         ('{"type":"session","version":3,"id":"s","createdAt":1.5}', ["createdAt"]),
-        ('{"type":"session","version":3,"id":"s","createdAt":0,"extra":1}', ["unknown keys"]),
+        ('{"type":"session","version":3,"id":"s","createdAt":0,"isSeeded":"no"}', ["isSeeded"]),
+        ('{"type":"session","version":3,"id":"s","createdAt":0,"cwd":7}', ["cwd must be a str"]),
     ],
 )
 def test_bad_headers_are_refused(first: str, words: list[str]) -> None:
@@ -261,3 +262,24 @@ def test_a_written_file_has_the_mode_open_would_give_it(tmp_path: Path) -> None:
         assert stat.S_IMODE(fresh.stat().st_mode) == 0o604
     finally:
         os.umask(old)
+
+
+def test_dshs_own_header_keys_are_kept_as_lineage_and_newer_keys_survive_a_rewrite(
+    tmp_path: Path,
+) -> None:
+    """A fork as DSH's session package writes it: cwd, parentSession, isSeeded, and a key
+    this version does not know; read, written again, read again: nothing is lost."""
+    path = tmp_path / "fork.jsonl"
+    header = (
+        '{"type":"session","version":3,"id":"child","createdAt":5,"cwd":"/workspace",'
+        '"parentSession":"parent","isSeeded":true,"futureKey":{"a":[1]}}'
+    )
+    path.write_text(header + "\n" + line(event(0)) + "\n")
+    read, events = read_jsonl(path)
+    assert (read.cwd, read.parent_session, read.is_seeded) == ("/workspace", "parent", True)
+    assert read.lineage() == {"cwd": "/workspace", "parentSession": "parent", "isSeeded": True}
+    assert dict(read.extra) == {"futureKey": {"a": [1]}}
+    again = tmp_path / "again.jsonl"
+    write_jsonl(again, read, events)
+    assert json.loads(again.read_text().splitlines()[0]) == json.loads(header)
+    assert read_jsonl(again)[0] == read
