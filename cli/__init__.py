@@ -35,6 +35,7 @@ Local stack (real Apache Kafka in KRaft mode, Redis, and the services; state und
   dsh status    what runs where (pids, ports, /metrics, logs) and whether it is healthy
   dsh down      stop all of it; leaves no processes
   dsh setup     only install what the stack runs on
+  dsh kafka TOOL ...  one of Kafka's own tools (consumer-groups, topics, configs, …)
 
 Services (run until SIGTERM; `dsh up` starts them for you):
   dsh writer                         validate commands, publish events exactly once

@@ -33,6 +33,19 @@ def register(commands: Any) -> None:
     )
     setup.set_defaults(handler=_setup)
 
+    from deploy.local.kafka import TOOLS
+
+    kafka = commands.add_parser(
+        "kafka",
+        help="run one of Kafka's own command-line tools against the pipeline's Kafka",
+        description="Kafka's tools as its kafka-TOOL.sh scripts run them, on the local stack's "
+        "jars; --bootstrap-server is the pipeline's (as `dsh show` resolves it) unless given. "
+        "Example: dsh kafka consumer-groups --describe --all-groups",
+    )
+    kafka.add_argument("tool", choices=sorted(TOOLS), help="the script's name without kafka-")
+    kafka.add_argument("args", nargs=argparse.REMAINDER, help="the tool's own arguments")
+    kafka.set_defaults(handler=_kafka_tool)
+
     status = commands.add_parser("status", help="show the local stack's processes and health")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(handler=_status)
@@ -74,6 +87,19 @@ def _down(args: argparse.Namespace) -> int:
     stopped = _stack().down()
     print(f"stopped {stopped} process(es)" if stopped else "nothing was running")
     return 0
+
+
+def _kafka_tool(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from cli.endpoints import kafka_settings
+    from deploy.local.kafka import tool_command
+    from deploy.local.record import resolved_settings
+
+    tool_args = list(args.args)
+    if not any(a.startswith(("--bootstrap-server", "--bootstrap-controller")) for a in tool_args):
+        tool_args = ["--bootstrap-server", kafka_settings().bootstrap_servers, *tool_args]
+    return subprocess.call(tool_command(resolved_settings(), args.tool, tool_args))
 
 
 def _status(args: argparse.Namespace) -> int:

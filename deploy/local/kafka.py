@@ -23,6 +23,7 @@ from deploy.local.settings import LocalStackSettings
 
 POM = Path(__file__).with_name("pom.xml")
 _COMPLETE = ".complete"
+_JAR_SET = 2
 
 _LOG4J2 = """\
 status = warn
@@ -47,7 +48,7 @@ logger.kafka_request.level = WARN
 def ensure_kafka_jars(settings: LocalStackSettings) -> Path:
     """Resolve the broker's jars from Maven Central once; later calls reuse the copy."""
     libs = settings.kafka_jars_dir()
-    if (libs / _COMPLETE).exists():
+    if _complete(libs, settings):
         return libs
     for tool in ("mvn", "java"):
         if shutil.which(tool) is None:
@@ -78,10 +79,47 @@ def ensure_kafka_jars(settings: LocalStackSettings) -> Path:
             f"{result.stdout[-2000:]}{result.stderr[-2000:]}",
             code="JARS_UNAVAILABLE",
         )
-    (staging / _COMPLETE).write_text(settings.kafka_version + "\n")
+    (staging / _COMPLETE).write_text(_stamp(settings))
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
     return libs
+
+
+# Kafka's command-line tools by the name of their script without ``kafka-`` and ``.sh``.
+TOOLS = {
+    "configs": "kafka.admin.ConfigCommand",
+    "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "log-dirs": "org.apache.kafka.tools.LogDirsCommand",
+    "metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "topics": "org.apache.kafka.tools.TopicCommand",
+    "transactions": "org.apache.kafka.tools.TransactionsCommand",
+}
+
+
+def tool_command(settings: LocalStackSettings, tool: str, args: list[str]) -> list[str]:
+    """The java command line of Kafka's ``tool`` (a key of :data:`TOOLS`) on the stack's own
+    jars, fetched first if need be; quiet logging, as the scripts set it."""
+    libs = ensure_kafka_jars(settings)
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else "java"
+    return [
+        java, "-Xmx256m", "-Dlog4j2.level=warn", "-cp", f"{libs}/*", TOOLS[tool], *args,
+    ]  # fmt: skip
+
+
+def _stamp(settings: LocalStackSettings) -> str:
+    """What a complete libs folder holds: the version, and which set of jars (2: with the
+    command-line tools), so a folder from before the tools is resolved again."""
+    return f"{settings.kafka_version} jars={_JAR_SET}\n"
+
+
+def _complete(libs: Path, settings: LocalStackSettings) -> bool:
+    try:
+        return (libs / _COMPLETE).read_text() == _stamp(settings)
+    except OSError:
+        return False
 
 
 def new_cluster_id() -> str:

@@ -18,6 +18,7 @@ from tests.integration.projector_support import (
     publish,
     simple_session,
 )
+from tests.support.processes import run_dsh
 from tests.support.waiting import wait_for
 
 PROJECTIONS = ("surface", "transcript", "audit")
@@ -59,4 +60,23 @@ def test_caught_up_projectors_read_lag_0_in_kafkas_own_terms(
 
             wait_for(at_zero, 30, f"the {projection} group's lag to read 0")
         lags = {p: _lag(topics, f"{group_prefix}-{p}") for p in PROJECTIONS}
+        # And as Kafka's own tool says it (`kafka-consumer-groups.sh --describe`).
+        described = {p: _described_lag(topics, f"{group_prefix}-{p}") for p in PROJECTIONS}
     assert all(lag and set(lag.values()) == {0} for lag in lags.values()), lags
+    assert described == {p: {0} for p in PROJECTIONS}, described
+
+
+def _described_lag(kafka: KafkaSettings, group: str) -> set[int]:
+    """The LAG column of ``dsh kafka consumer-groups --describe`` for the events topic."""
+    done = run_dsh(
+        None,
+        "kafka", "consumer-groups", "--bootstrap-server", kafka.bootstrap_servers,
+        "--describe", "--group", group,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    header = next(r for r in rows if r[:1] == ["GROUP"])
+    column = header.index("LAG")
+    # An empty partition has no committed offset: "-" there.
+    events = [r for r in rows if len(r) > column and r[1] == kafka.topic("events")]
+    return {int(r[column]) for r in events if r[column] != "-"}

@@ -70,3 +70,9 @@ def test_a_closed_pipe_ends_quietly() -> None:
     err = proc.stderr.read()
     assert proc.wait(60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_kafka_names_the_tools_it_runs() -> None:
+    done = _dsh("kafka", "no-such-tool")
+    assert done.returncode == 2
+    assert "consumer-groups" in done.stderr and "Traceback" not in done.stderr
