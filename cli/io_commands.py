@@ -33,7 +33,10 @@ Write the events topic (read_committed, every partition) to Avro object containe
 analytics engines: DIR/date=YYYY-MM-DD/part-<partition>-<firstOffset>-<lastOffset>.avro, the
 SessionEvent schema embedded in each file. DIR/_offsets.json is the checkpoint: a re-run
 exports only records after it, and a crashed run never leaves duplicates behind.
---from-beginning re-exports everything and replaces the directory's files."""
+--from-beginning re-exports everything and replaces the directory's files.
+
+--format jsonl SESSION writes one session, as committed in the events topic, as a session
+file DSH reads (a v3 header and events): SESSION.jsonl, or --output FILE."""
 
 
 def register(commands: Any) -> None:
@@ -69,7 +72,14 @@ def register(commands: Any) -> None:
         description=EXPORT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    exp.add_argument("directory", metavar="DIR")
+    exp.add_argument("directory", metavar="DIR|SESSION", help="DIR; with --format jsonl, SESSION")
+    exp.add_argument(
+        "--format",
+        choices=("avro", "jsonl"),
+        default="avro",
+        help="avro: the whole topic into DIR (default); jsonl: one session as a session file",
+    )
+    exp.add_argument("--output", metavar="FILE", help="with --format jsonl (default SESSION.jsonl)")
     exp.add_argument(
         "--from-beginning",
         action="store_true",
@@ -138,6 +148,8 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.format == "jsonl":
+        return _export_session(args)
     from projectors.export import export
 
     result = export(
@@ -167,4 +179,17 @@ def _export(args: argparse.Namespace) -> int:
     )
     for name in result.files:
         print(f"  {name}")
+    return 0
+
+
+def _export_session(args: argparse.Namespace) -> int:
+    from projectors.export import export_session
+
+    session_id = args.directory
+    path = args.output or f"{session_id}.jsonl"
+    count = export_session(session_id, path, kafka=_kafka(), progress=_progress(args, "records"))
+    if args.json:
+        print(json.dumps({"sessionId": session_id, "file": path, "events": count}))
+    else:
+        print(f"exported session {session_id} ({count} events) to {path}")
     return 0

@@ -19,6 +19,7 @@ Its parts, each a module:
 - :mod:`.manifest`: the checkpoint, its commit and roll-forward;
 - :mod:`.files`: the files' names and one container being written;
 - :mod:`.reading`: an export read back (:func:`read_export`);
+- :mod:`.session_file`: one session as a session file (``--format jsonl``);
 - :mod:`.errors`: what an export fails with, by code.
 """
 
@@ -32,6 +33,7 @@ from projectors.export.errors import (
 from projectors.export.manifest import MANIFEST, Manifest
 from projectors.export.reading import read_export
 from projectors.export.run import CODECS, ExportResult, export
+from projectors.export.session_file import export_session
 from servicekit.progress import Progress
 
 __all__ = [
@@ -46,5 +48,6 @@ __all__ = [
     "Manifest",
     "Progress",
     "export",
+    "export_session",
     "read_export",
 ]

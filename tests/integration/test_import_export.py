@@ -381,6 +381,35 @@ def test_import_without_a_writer_says_to_start_one(topics: KafkaSettings) -> Non
     assert "dsh writer" not in hinted.value.message
 
 
+def test_a_session_file_round_trips_through_import_and_export_jsonl(
+    tmp_path: Path,
+    cli_env: KafkaSettings,
+    client: SessionClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """DSH file -> `dsh import` -> `dsh export --format jsonl` -> a file DSH reads with the
+    same events (times are the writer's), surface and messages."""
+    sid = _sid("jsonl")
+    source = _v3_file(tmp_path / "in.jsonl", "jsonl-source")
+    _, expected = read_jsonl(source)
+    assert main(["import", str(source), "--session-id", sid, "--no-progress"]) == 0
+    out = tmp_path / "out.jsonl"
+    assert main(["export", "--format", "jsonl", sid, "--output", str(out), "--no-progress"]) == 0
+    assert f"({len(expected)} events)" in capsys.readouterr().out
+    header, exported = read_jsonl(out)
+    assert header.id == sid and header.created_at == exported[0].time
+    assert without_time(exported) == without_time(expected)
+    again, original = (
+        dsh.Session.from_restore(sid, exported),
+        dsh.Session.from_restore(sid, expected),
+    )
+    assert again.surface.nodes == original.surface.nodes
+    assert again.derive_messages() == original.derive_messages()
+
+    assert main(["export", "--format", "jsonl", _sid("nobody"), "--output", str(out)]) == 1
+    assert "[SESSION_UNKNOWN]" in capsys.readouterr().err
+
+
 # -- export ---------------------------------------------------------------------------------
 
 

@@ -1,0 +1,42 @@
+"""``dsh export --format jsonl SESSION``: one session, as committed in the events topic, as a
+session file DSH reads (a v3 header, then its events), written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsh.formats import write_jsonl
+from dsh.formats.header import SessionHeader
+from projectors.errors import SessionUnknownError
+from projectors.export.errors import ExportRecordError
+from projectors.records import Record
+from projectors.topic_reader import read_session
+from servicekit.progress import Progress
+from servicekit.settings import KafkaSettings
+
+
+def export_session(
+    session_id: str,
+    path: str | Path,
+    *,
+    kafka: KafkaSettings | None = None,
+    progress: Progress | None = None,
+) -> int:
+    """Write ``session_id``'s events to ``path``; returns how many. Its header's
+    ``createdAt`` is the first event's time (the log keeps no other)."""
+    items = read_session(kafka or KafkaSettings(), session_id, progress=progress)
+    if not items:
+        raise SessionUnknownError(
+            f"the events topic holds no event of session {session_id}: check the id and "
+            "DSH_KAFKA_TOPIC_PREFIX"
+        )
+    bad = next((i for i in items if not isinstance(i, Record)), None)
+    if bad is not None:
+        raise ExportRecordError(
+            f"session {session_id}: the record at partition {bad.partition}, offset "
+            f"{bad.offset} does not decode ({bad.error}); the session cannot be written whole",
+            code="RECORD_UNDECODABLE",
+        )
+    events = [i.event for i in items if type(i) is Record]
+    write_jsonl(path, SessionHeader(session_id, events[0].time), events)
+    return len(events)
