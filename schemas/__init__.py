@@ -14,6 +14,7 @@ from schemas.errors import (
 )
 from schemas.records import (
     HEADER_FORMAT,
+    HEADER_INHERITED,
     HEADER_READ_FROM,
     HEADER_READ_NEXT,
     HEADER_REQUEST,
@@ -55,6 +56,7 @@ __all__ = [
     "APPEND_COMMAND",
     "APPEND_REPLY",
     "HEADER_FORMAT",
+    "HEADER_INHERITED",
     "HEADER_READ_FROM",
     "HEADER_READ_NEXT",
     "HEADER_REQUEST",

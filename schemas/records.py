@@ -24,6 +24,8 @@ HEADER_REQUEST = "dsh-request-id"
 # the session's events from that seq; a reply that stops short names the next seq to ask for.
 HEADER_READ_FROM = "dsh-read-from"
 HEADER_READ_NEXT = "dsh-read-next"
+# On an event a fork copied from its parent (before its session/end-seed marker): "1".
+HEADER_INHERITED = "dsh-inherited"
 
 
 class _ToJson(Protocol):

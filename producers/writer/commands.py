@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dsh.errors import SessionError
+from dsh.restore import END_SEED
 from producers.errors import MalformedCommandError, PayloadTooLargeError, WrongPartitionError
 from producers.tenancy import Tenancy
 from producers.writer import metrics
 from producers.writer.failpoints import NONE, Failpoints
-from producers.writer.journal import REPLY, Headers, Outbox
+from producers.writer.journal import REPLY, Headers, Outbox, headers_of
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import Limits, Outcome, PartitionState
 from producers.writer.wire import committed_reply, event_wire
 from schemas import (
     APPEND_REPLY,
+    HEADER_INHERITED,
     HEADER_READ_FROM,
     HEADER_READ_NEXT,
     HEADER_REQUEST,
@@ -49,6 +51,22 @@ log = logging.getLogger("dsh.writer")
 # the seq the reply names. Well under the broker's 1 MB default record limit.
 READ_REPLY_BYTES = 512 * 1024
 _REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))
+
+
+def _inherited(events: Sequence[Any]) -> int:
+    """How many of a session's first events a fork inherited from its parent: those before
+    its ``session/end-seed`` marker with ``{"inherited": true}`` (``Session.fork``), which
+    comes in the fork's first command; 0 for any other session."""
+    for i, ev in enumerate(events):
+        if ev.type == END_SEED and isinstance(ev.data, Mapping) and ev.data.get("inherited"):
+            return i
+    return 0
+
+
+def inherited_headers(event_type: str, request_id: bytes) -> Headers:
+    """An inherited event's headers: an event's, and ``dsh-inherited: 1``, so a count over the
+    topic can leave out what a fork copied from its parent."""
+    return [*headers_of(event_type, request_id), (HEADER_INHERITED, b"1")]
 
 
 class CommandRecord(Protocol):
@@ -133,8 +151,12 @@ class CommandHandler:
                 put, events, key = outbox.put, self.topics.events, sid.encode()
                 p = state.partition
                 request_id = command.request_id.encode()
-                for ev, v in zip(outcome.events, values, strict=True):
-                    put(p, events, v, key, p, ev.type, request_id)
+                inherited = _inherited(outcome.events) if outcome.events[0].seq == 0 else 0
+                for i, (ev, v) in enumerate(zip(outcome.events, values, strict=True)):
+                    if i < inherited:
+                        put(p, events, v, key, p, inherited_headers(ev.type, request_id))
+                    else:
+                        put(p, events, v, key, p, ev.type, request_id)
                 self.snapshots.after_command(state, sid, outbox)
         elif outcome.error is None and outcome.events:  # a retry, answered from the log
             first = outcome.events[0].seq

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+import dsh
 from producers.tenancy import Tenancy, tenant_headers
 from producers.writer.commands import READ_REPLY_BYTES, CommandHandler, Placement
 from producers.writer.journal import REPLY, SNAPSHOT, Kind
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import Limits, PartitionState
 from schemas import (
+    HEADER_INHERITED,
     HEADER_READ_FROM,
     HEADER_READ_NEXT,
     AppendCommand,
@@ -339,3 +341,27 @@ def test_a_read_that_may_not_be_answered_is_refused(record: Record, error: str) 
     reply, _ = _read_reply(handle(handler(), PartitionState(HOME), record))
     raised = reply.exception()
     assert raised is not None and type(raised).__name__ == error
+
+
+def test_the_events_a_fork_inherited_carry_a_header_saying_so() -> None:
+    parent = dsh.Session.create("parent", clock=lambda: 1)
+    parent.append("turn/start", {"turn": 1})
+    parent.append("user/message", user("u1"), surface_op="append")
+    parent.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    child = parent.fork(SID)
+    wire = [
+        {k: v for k, v in e.to_json().items() if k not in ("seq", "time")} for e in child.events()
+    ]
+    state, h = PartitionState(HOME), handler()
+    out = handle(h, state, Record(command("fork", wire, expected_seq=0), SID.encode()))
+    marks = [
+        header(e.kind, HEADER_INHERITED) if isinstance(e.kind, list) else None
+        for e in out.on(TOPICS.events)
+    ]
+    assert marks == ["1", "1", "1", None]  # the parent's three, not the end-seed marker
+    # Its own events later, and any other session's, carry none.
+    drafts = [draft("turn/start", {"turn": 2})]
+    later = handle(h, state, Record(command("own", drafts), SID.encode()))
+    assert [e.kind for e in later.on(TOPICS.events)] == ["turn/start"]
+    other = handle(h, PartitionState(HOME), Record(command("plain"), SID.encode()))
+    assert all(isinstance(e.kind, str) for e in other.on(TOPICS.events))
