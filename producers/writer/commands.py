@@ -25,20 +25,17 @@ from producers.writer import metrics
 from producers.writer.failpoints import NONE, Failpoints
 from producers.writer.journal import REPLY, Headers, Outbox, headers_of
 from producers.writer.snapshots import Snapshots
-from producers.writer.state import Limits, Outcome, PartitionState
+from producers.writer.state import Limits, Outcome, PartitionState, SessionState
 from producers.writer.wire import committed_reply, event_wire
 from schemas import (
-    APPEND_REPLY,
     HEADER_INHERITED,
     HEADER_READ_FROM,
     HEADER_READ_NEXT,
-    HEADER_REQUEST,
     AppendCommand,
     AppendReply,
     encode_event,
     encode_reply,
     header,
-    record_headers,
 )
 from schemas.frames import DraftFrame, decode_command_frames, event_prefix, event_value
 from servicekit.dlq import dead_letter_headers, source_of
@@ -50,7 +47,6 @@ log = logging.getLogger("dsh.writer")
 # A read's reply holds events up to this many bytes (always one); the client asks again from
 # the seq the reply names. Well under the broker's 1 MB default record limit.
 READ_REPLY_BYTES = 512 * 1024
-_REPLY_HEADERS = tuple(record_headers(APPEND_REPLY))
 
 
 def _inherited(events: Sequence[Any]) -> int:
@@ -61,6 +57,20 @@ def _inherited(events: Sequence[Any]) -> int:
         if ev.type == END_SEED and isinstance(ev.data, Mapping) and ev.data.get("inherited"):
             return i
     return 0
+
+
+def _read_part(held: SessionState, start: int) -> tuple[list[bytes], int | None]:
+    """The topic values of ``held``'s events from ``start``, at most :data:`READ_REPLY_BYTES`
+    of them (always one), and the seq to go on from (None: that was all)."""
+    values: list[bytes] = []
+    size = 0
+    for seq in range(start, len(held.session)):
+        (value,) = held.event_values(seq, seq + 1)
+        if values and size + len(value) > READ_REPLY_BYTES:
+            return values, seq
+        values.append(value)
+        size += len(value)
+    return values, None
 
 
 def inherited_headers(event_type: str, request_id: bytes) -> Headers:
@@ -243,24 +253,16 @@ class CommandHandler:
             error = MalformedCommandError(
                 f"request {rid!r}: a read starts at a seq of 0 or more, not {read_from!r}"
             )
-        headers: Headers = [*_REPLY_HEADERS, (HEADER_REQUEST, rid.encode())]
+        headers = headers_of(REPLY, rid.encode())
         if error is not None:
             metrics.READS.labels("refused").inc()
             value = encode_reply(AppendReply.rejected(rid, cid, sid, error))
         else:
             metrics.READS.labels("served").inc()
             held = state.sessions.get(sid)
-            end = 0 if held is None else len(held.session)
-            values: list[bytes] = []
-            size, seq = 0, start
-            while seq < end and held is not None:
-                (event_value,) = held.event_values(seq, seq + 1)
-                if values and size + len(event_value) > READ_REPLY_BYTES:
-                    headers.append((HEADER_READ_NEXT, str(seq).encode()))
-                    break
-                values.append(event_value)
-                size += len(event_value)
-                seq += 1
+            values, following = ([], None) if held is None else _read_part(held, start)
+            if following is not None:
+                headers.append((HEADER_READ_NEXT, str(following).encode()))
             value = committed_reply(rid, cid, sid, values)
         reply_partition = self._partition_of(cid, self.placement.reply_partitions)
         outbox.put(
