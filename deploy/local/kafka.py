@@ -102,11 +102,15 @@ def tool_command(settings: LocalStackSettings, tool: str, args: list[str]) -> li
     """The java command line of Kafka's ``tool`` (a key of :data:`TOOLS`) on the stack's own
     jars, fetched first if need be; quiet logging, as the scripts set it."""
     libs = ensure_kafka_jars(settings)
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else "java"
     return [
-        java, "-Xmx256m", "-Dlog4j2.level=warn", "-cp", f"{libs}/*", TOOLS[tool], *args,
+        java(), "-Xmx256m", "-Dlog4j2.level=warn", "-cp", f"{libs}/*", TOOLS[tool], *args,
     ]  # fmt: skip
+
+
+def java() -> str:
+    """The java to run: ``$JAVA_HOME/bin/java`` when JAVA_HOME is set, else the PATH's."""
+    java_home = os.environ.get("JAVA_HOME")
+    return str(Path(java_home) / "bin" / "java") if java_home else "java"
 
 
 def _stamp(settings: LocalStackSettings) -> str:
@@ -342,10 +346,8 @@ class KafkaCluster:
         )  # fmt: skip
 
     def _java(self, node: KafkaNode, libs: Path, main: str, *args: str) -> list[str]:
-        java_home = os.environ.get("JAVA_HOME")
-        java = str(Path(java_home) / "bin" / "java") if java_home else "java"
         return [
-            java,
+            java(),
             "-Xms128m",
             f"-Xmx{self.settings.kafka_heap}",
             "-XX:+UseG1GC",
