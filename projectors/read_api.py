@@ -77,6 +77,14 @@ class TranscriptEntry:
     event: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class TranscriptView:
+    applied: int
+    entries: list[TranscriptEntry]
+    blocked: dict[str, Any] | None
+    rebuilding: dict[str, Any] | None = None  # a rebuild under way: this may be stale
+
+
 @dataclass
 class AuditView:
     applied: int
@@ -173,15 +181,21 @@ class Reader:
             rebuilding=json_object(mark),
         )
 
-    def transcript_view(self, session_id: str) -> tuple[dict[bytes, bytes], Any, Any]:
-        """The transcript's meta hash, every entry and the rebuild mark, in one MULTI."""
+    def transcript_view(self, session_id: str) -> TranscriptView:
+        """Every entry with the transcript's applied seq, block and rebuild mark, in one
+        MULTI."""
         k = self.keys
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(k.meta("transcript", session_id))
         pipe.xrange(k.session(session_id, "transcript"), "-", "+")
         pipe.get(k.rebuilding("transcript", session_id))
         meta, raw, mark = pipe.execute()
-        return meta, [_entry(fields) for _, fields in raw], json_object(mark)
+        return TranscriptView(
+            applied=int(meta.get(b"applied", -1)),
+            entries=[_entry(fields) for _, fields in raw],
+            blocked=_blocked(meta),
+            rebuilding=json_object(mark),
+        )
 
     def blocked(self, projection: str, session_id: str) -> dict[str, Any] | None:
         return json_object(self.client.hget(self.keys.meta(projection, session_id), "blocked"))

@@ -34,20 +34,12 @@ from projectors.errors import (
     SessionUnknownError,
 )
 from projectors.keys import Keys
-from projectors.read_api import AuditView, Reader, SurfaceView, TranscriptEntry, json_object
+from projectors.read_api import AuditView, Reader, SurfaceView, TranscriptView, json_object
 
-V = TypeVar("V", SurfaceView, "TranscriptView", AuditView)
+V = TypeVar("V", SurfaceView, TranscriptView, AuditView)
 
 _FIRST_POLL_S = 0.001
 _LAST_POLL_S = 0.05
-
-
-@dataclass(frozen=True)
-class TranscriptView:
-    applied: int
-    entries: list[TranscriptEntry]
-    blocked: dict[str, Any] | None
-    rebuilding: dict[str, Any] | None = None
 
 
 def blocked_message(projection: str, session_id: str, blocked: dict[str, Any]) -> str:
@@ -91,24 +83,15 @@ class Views:
         self, session_id: str, *, at_least: int | None = None, timeout_s: float | None = None
     ) -> TranscriptView:
         """What a human sees: every turn, compactions included."""
-        return self._read("transcript", session_id, at_least, timeout_s, self._transcript)
+        return self._read(
+            "transcript", session_id, at_least, timeout_s, self.reader.transcript_view
+        )
 
     def audit(
         self, session_id: str, *, at_least: int | None = None, timeout_s: float | None = None
     ) -> AuditView:
         """Provenance: what each event cites, shadowed and was cited by."""
         return self._read("audit", session_id, at_least, timeout_s, self.reader.audit)
-
-    def _transcript(self, session_id: str) -> TranscriptView:
-        meta, entries, mark = self.reader.transcript_view(session_id)
-        applied = meta.get(b"applied")
-        blocked = meta.get(b"blocked")
-        return TranscriptView(
-            -1 if applied is None else int(applied),
-            entries,
-            json_object(blocked),
-            mark,
-        )
 
     def _read(
         self,
