@@ -29,28 +29,17 @@ import redis
 from bench.figures import p50_p99_ms, timed
 from bench.raw_kafka import raw_ceiling
 from bench.stack import begin, bench_parser, run_id, start_projector, start_writer, stop
-from bench.workload import message
+from bench.workload import message, sessions_in
 from bench.writer_metrics import scrape
 from deploy.local.processes import free_ports
 from producers import SessionClient, draft
 from projectors.keys import Keys
 from projectors.views import Views
-from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 
 BUSY, QUIET = 0, 1  # partitions
 EVENTS = 100  # of each session read
 PER_COMMAND = 10
-
-
-def session_on(partition: int, partitions: int, name: str, taken: set[str]) -> str:
-    i = 0
-    while True:
-        sid = f"{name}-{i}"
-        if sid not in taken and partition_for(sid, partitions) == partition:
-            taken.add(sid)
-            return sid
-        i += 1
 
 
 def fill(client: SessionClient, target: str, others: list[str], per_other: int) -> None:
@@ -156,13 +145,9 @@ def main() -> int:
     args = parser.parse_args()
 
     kafka = begin(args.bootstrap, args.partitions)
-    taken: set[str] = set()
-    busy = session_on(BUSY, args.partitions, "busy", taken)
-    quiet = session_on(QUIET, args.partitions, "quiet", taken)
-    others = [
-        session_on(BUSY, args.partitions, "other", taken)
-        for _ in range(args.others // args.per_other)
-    ]
+    (busy,) = sessions_in(BUSY, args.partitions, 1, "busy")
+    (quiet,) = sessions_in(QUIET, args.partitions, 1, "quiet")
+    others = sessions_in(BUSY, args.partitions, args.others // args.per_other, "other")
     log = Path(f"/tmp/read-bench-{run_id()[:6]}.log")
     metrics_port = free_ports(1)[0]
     writer = start_writer(kafka, f"read-bench-{run_id()}", metrics_port=metrics_port, log=log)

@@ -23,25 +23,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bench.figures import percentile, timed
 from bench.stack import bench_parser, fresh_topics, run_id, start_writer, stop
-from bench.workload import message
+from bench.workload import message, sessions_in
 from producers import SessionClient, draft
 from producers.writer.restore import restore_partition
 from servicekit import kafka_clients
-from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 
 PARTITION = 0
-
-
-def sessions_in(partition: int, partitions: int, count: int) -> list[str]:
-    found: list[str] = []
-    i = 0
-    while len(found) < count:
-        sid = f"restore-{i}"
-        if partition_for(sid, partitions) == partition:
-            found.append(sid)
-        i += 1
-    return found
 
 
 def fill(kafka: KafkaSettings, sessions: list[str], events: int) -> None:
@@ -117,7 +105,7 @@ def main() -> int:
     args = parser.parse_args()
 
     kafka = fresh_topics(args.bootstrap, args.partitions)
-    sessions = sessions_in(PARTITION, args.partitions, args.sessions)
+    sessions = sessions_in(PARTITION, args.partitions, args.sessions, "restore")
     fill(kafka, sessions, args.events)
     events, snapshots = kafka.topic("events"), kafka.topic("snapshots")
     topics = (events, snapshots)

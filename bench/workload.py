@@ -7,6 +7,7 @@ from typing import Any
 
 import dsh
 from projectors.records import encode
+from servicekit.partitioning import partition_for
 
 TEXT = "The quick brown fox jumps over the lazy dog. " * 4  # ~180 bytes of prompt text
 MODEL = {"kind": "model", "provider": "mock", "model": "m1"}
@@ -97,3 +98,15 @@ def interleaved(sessions: list[dsh.Session], copies: int = 0) -> list[tuple[str,
     ]
     records.sort(key=lambda r: (r[0], r[1]))
     return [(sid, value) for _, sid, value in records]
+
+
+def sessions_in(partition: int, partitions: int, count: int, name: str) -> list[str]:
+    """``count`` session ids ``<name>-<n>`` that live on ``partition`` of ``partitions``."""
+    found: list[str] = []
+    i = 0
+    while len(found) < count:
+        sid = f"{name}-{i}"
+        if partition_for(sid, partitions) == partition:
+            found.append(sid)
+        i += 1
+    return found
