@@ -24,6 +24,12 @@ when its events are a prefix of the file's (an interrupted import), the import r
 them; when they are all of them, nothing is appended; otherwise the import is refused
 (SESSION_EXISTS) -- import under another id with --session-id NEW.
 
+The session's turn-invariants mode is the file's: "invariants": false in its header (as `dsh
+export --format jsonl` writes for a bare session) imports it without them; otherwise they are
+on. --invariants on|off chooses. DSH itself creates sessions without invariants unless asked
+and does not record it: a DSH file that breaks the turn rules is refused naming the seq, and
+imports with --invariants off. The mode is fixed when the session is created.
+
 Each event is also checked against the writer's size limit (DSH_WRITER_MAX_EVENT_BYTES).
 Event times are assigned by the writer at import; the file's times are not preserved.
 A writer must be running: the local stack runs one (`dsh up`), or start `dsh writer`."""
@@ -48,6 +54,12 @@ def register(commands: Any) -> None:
     )
     imp.add_argument("file", metavar="FILE.jsonl")
     imp.add_argument("--session-id", metavar="ID", help="default: the id in the file's header")
+    imp.add_argument(
+        "--invariants",
+        choices=("on", "off"),
+        default=None,
+        help="the session's turn-invariants mode (default: the file's header, else on)",
+    )
     imp.add_argument("--json", action="store_true", help="print the result as JSON")
     imp.add_argument(
         "--timeout",
@@ -131,6 +143,7 @@ def _import(args: argparse.Namespace) -> int:
         ),
         writer_hint=writer_hint(),
         max_event_bytes=WriterSettings().max_event_bytes,  # the pipeline's writer's limit
+        invariants=None if args.invariants is None else args.invariants == "on",
     )
     if args.json:
         print(json.dumps({"file": args.file, **result.to_json()}))
@@ -139,8 +152,9 @@ def _import(args: argparse.Namespace) -> int:
     resumed = (
         f" ({result.already_present} were already there: resumed)" if result.already_present else ""
     )
+    bare = "" if result.invariants else " (invariants off)"
     print(
-        f"imported {args.file}{migrated} as session {result.session_id}: "
+        f"imported {args.file}{migrated} as session {result.session_id}{bare}: "
         f"{result.published} events published, final seq {result.final_seq}{resumed} "
         f"in {result.seconds:.2f}s"
     )

@@ -5,6 +5,7 @@ from producers.client import SessionClient
 from producers.errors import (
     AppendTimeoutError,
     ConflictError,
+    InvariantsModeError,
     MalformedCommandError,
     PayloadTooLargeError,
     WriterFencedError,
@@ -16,6 +17,7 @@ from schemas import draft
 __all__ = [
     "AppendTimeoutError",
     "ConflictError",
+    "InvariantsModeError",
     "MalformedCommandError",
     "PayloadTooLargeError",
     "SessionClient",

@@ -26,7 +26,7 @@ from dsh.drafts import check_draft
 from dsh.errors import SessionError, ValidationError
 from dsh.projections import Interpreter
 from dsh.restore import restore
-from producers.client_inflight import InFlight, Shape
+from producers.client_inflight import InFlight, ReadPart, Shape
 from producers.errors import PayloadTooLargeError, WriterUnavailableError
 from producers.read_models import ReadModels
 from producers.session_reader import read_session
@@ -39,6 +39,7 @@ from schemas import (
     UnencodableError,
     draft,
     encode_command,
+    invariants_header,
     record_headers,
 )
 from servicekit import kafka_clients
@@ -153,9 +154,13 @@ class SessionClient:
         expected_seq: int | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
+        invariants: bool | None = None,
     ) -> dsh.Event:
         """The committed event, or the writer's rejection as the core's own error class.
-        ``AppendTimeoutError``: unknown outcome, retry with the same ``request_id``."""
+        ``AppendTimeoutError``: unknown outcome, retry with the same ``request_id``.
+        ``invariants``: the turn-invariants mode the append creates its session with (None:
+        on); for a session that exists, the mode it must have (else ``InvariantsModeError``):
+        a session's mode is fixed when it is created."""
         future = self.append_async(
             session_id,
             type,
@@ -166,6 +171,7 @@ class SessionClient:
             expected_seq=expected_seq,
             request_id=request_id,
             timeout=timeout,
+            invariants=invariants,
         )
         try:
             result: dsh.Event = future.result()
@@ -187,6 +193,7 @@ class SessionClient:
         expected_seq: int | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
+        invariants: bool | None = None,
     ) -> Future[dsh.Event]:
         d = draft(
             type,
@@ -195,7 +202,9 @@ class SessionClient:
             source_event_seqs=source_event_seqs,
             ignorable=ignorable,
         )
-        return self._submit(session_id, [d], expected_seq, request_id, timeout, shape="one")
+        return self._submit(
+            session_id, [d], expected_seq, request_id, timeout, shape="one", invariants=invariants
+        )
 
     def append_many(
         self,
@@ -205,10 +214,17 @@ class SessionClient:
         expected_seq: int | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
+        invariants: bool | None = None,
     ) -> list[dsh.Event]:
-        """Append several events all-or-nothing (drafts from ``schemas.draft``)."""
+        """Append several events all-or-nothing (drafts from ``schemas.draft``);
+        ``invariants`` as in :meth:`append`."""
         future = self.append_many_async(
-            session_id, drafts, expected_seq=expected_seq, request_id=request_id, timeout=timeout
+            session_id,
+            drafts,
+            expected_seq=expected_seq,
+            request_id=request_id,
+            timeout=timeout,
+            invariants=invariants,
         )
         try:
             result: list[dsh.Event] = future.result()
@@ -224,9 +240,16 @@ class SessionClient:
         expected_seq: int | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
+        invariants: bool | None = None,
     ) -> Future[list[dsh.Event]]:
         return self._submit(
-            session_id, [dict(d) for d in drafts], expected_seq, request_id, timeout, shape="many"
+            session_id,
+            [dict(d) for d in drafts],
+            expected_seq,
+            request_id,
+            timeout,
+            shape="many",
+            invariants=invariants,
         )
 
     def _submit(
@@ -239,8 +262,10 @@ class SessionClient:
         *,
         shape: Shape,
         read_from: int | None = None,
+        invariants: bool | None = None,
     ) -> Future[Any]:
-        """Send one command; ``read_from``: a read of the session from that seq (no drafts)."""
+        """Send one command; ``read_from``: a read of the session from that seq (no drafts);
+        ``invariants``: the mode it creates (or expects) its session with."""
         future: Future[Any] = Future()
         if self._closed.is_set():
             future.set_exception(WriterUnavailableError("the client is closed"))
@@ -272,6 +297,8 @@ class SessionClient:
         headers = command_headers(rid)
         if read_from is not None:
             headers.append((HEADER_READ_FROM, str(read_from).encode()))
+        if invariants is not None:
+            headers.append(invariants_header(invariants))
         if self._tenant is not None:
             headers += tenant_headers(*self._tenant, value)
 
@@ -306,9 +333,10 @@ class SessionClient:
         partition holds. Ordered with the session's appends: it holds every append committed
         before it was asked, this client's and every other service's. An unknown id is an
         empty session."""
+        events, invariants = self._read_from(session_id, 0, timeout)
         return restore(
-            dsh.Session(session_id),
-            self.read_events(session_id, 0, timeout),
+            dsh.Session(session_id, invariants=invariants),
+            events,
             self.interpreters if interpreters is None else interpreters,
             mark_end=False,
         )
@@ -319,18 +347,26 @@ class SessionClient:
         """The session's committed events from seq ``from_seq`` on, as :meth:`read` reads
         them: a session read before is brought up to date with what came since
         (``dsh.restore.restore(session, events, …)`` continues it)."""
+        return self._read_from(session_id, from_seq, timeout)[0]
+
+    def _read_from(
+        self, session_id: str, from_seq: int, timeout: float | None
+    ) -> tuple[list[dsh.Event], bool]:
+        """The events from ``from_seq`` on, and the session's invariants mode."""
         events: list[dsh.Event] = []
         start: int | None = from_seq
+        invariants = True
         while start is not None:
             future = self._submit(
                 session_id, [], None, None, timeout, shape="read", read_from=start
             )
             try:
-                got, start = future.result()
+                part: ReadPart = future.result()
             finally:
                 del future  # as in append
-            events += got
-        return events
+            events += part.events
+            start, invariants = part.following, part.invariants
+        return events, invariants
 
     def read_log(
         self,

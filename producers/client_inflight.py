@@ -13,14 +13,15 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+import dsh
 from dsh.errors import SessionError
 from producers import client_metrics as metrics
 from producers.errors import AppendTimeoutError, WriterUnavailableError
-from schemas import HEADER_READ_NEXT, HEADER_REQUEST, decode_reply, header
+from schemas import HEADER_READ_NEXT, HEADER_REQUEST, created_bare, decode_reply, header
 from servicekit import kafka_clients
 from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
 from servicekit.partition_reader import high_watermark
@@ -31,8 +32,17 @@ log = logging.getLogger("dsh.client")
 
 
 # What a request's future resolves with: the event ("one"), the events ("many"), or for a
-# read, the events and the seq to read on from (None: that was all).
+# read, a ReadPart.
 Shape = Literal["one", "many", "read"]
+
+
+class ReadPart(NamedTuple):
+    """One reply to a read: events, the seq to ask from next (None: that was all), and the
+    session's invariants mode."""
+
+    events: list[dsh.Event]
+    following: int | None
+    invariants: bool
 
 
 @dataclass
@@ -178,8 +188,15 @@ class InFlight:
             return
         events = [r.to_event() for r in reply.events or ()]
         if pending.shape == "read":
-            following = header(m.headers(), HEADER_READ_NEXT)
-            pending.future.set_result((events, None if following is None else int(following)))
+            headers = m.headers()
+            following = header(headers, HEADER_READ_NEXT)
+            pending.future.set_result(
+                ReadPart(
+                    events,
+                    None if following is None else int(following),
+                    not created_bare(headers),
+                )
+            )
             return
         metrics.round_trip("committed").observe(elapsed)
         if events and events[-1].seq > self.committed.get(pending.session_id, -1):

@@ -32,6 +32,13 @@ class MalformedCommandError(ValidationError):
     default_code = "MALFORMED_COMMAND"
 
 
+class InvariantsModeError(ValidationError):
+    """A command asked for an invariants mode (``dsh-invariants``) other than its session's:
+    the mode is fixed when the session is created, by its first committed append."""
+
+    default_code = "INVARIANTS_MODE"
+
+
 class AppendTimeoutError(SessionError):
     """No reply in time. The append may or may not have committed: retrying with the same
     ``request_id`` is safe and returns the original outcome."""
@@ -61,6 +68,7 @@ for _cls in (
     PayloadTooLargeError,
     WrongPartitionError,
     MalformedCommandError,
+    InvariantsModeError,
     AppendTimeoutError,
     WriterUnavailableError,
     WriterFencedError,

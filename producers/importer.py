@@ -9,6 +9,9 @@ target session and the batch's seqs (a retried batch is answered once, never app
 An existing target session is resumed only when its events are a prefix of the file's (an
 interrupted import, re-run); any other existing session is refused. Event times are assigned
 by the writer: the file's times are not preserved (the append command carries none).
+
+The session keeps the file's invariants mode (:class:`Mode`): the one its header records, else
+on, unless the caller chooses; the writer fixes it when the first batch creates the session.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import dsh
-from dsh.errors import FormatError, RestoreError, SessionError, ValidationError, register_error
+from dsh.errors import (
+    FormatError,
+    InvariantError,
+    RestoreError,
+    SessionError,
+    ValidationError,
+    register_error,
+)
 from dsh.formats import SessionHeader, read_jsonl
 from dsh.projections import Interpreter
 from dsh.restore import restore
@@ -102,10 +112,12 @@ class ImportResult:
     seconds: float
     # The lineage DSH wrote in the file's header (cwd, parentSession, isSeeded), as it was.
     lineage: dict[str, Any] = field(default_factory=dict)
+    invariants: bool = True  # the session's invariants mode
 
     def to_json(self) -> dict[str, Any]:
         return {
             "sessionId": self.session_id,
+            "invariants": self.invariants,
             "sourceVersion": self.source_version,
             "events": self.events,
             "alreadyPresent": self.already_present,
@@ -114,6 +126,24 @@ class ImportResult:
             "seconds": round(self.seconds, 3),
             **({"lineage": self.lineage} if self.lineage else {}),
         }
+
+
+@dataclass(frozen=True)
+class Mode:
+    """The invariants mode an import gives its session, and what chose it (for messages)."""
+
+    invariants: bool
+    chosen_by: str
+
+    @classmethod
+    def of(cls, header: SessionHeader, asked: bool | None) -> Mode:
+        """``asked`` (``--invariants``) if given, else what the file's header records (a file
+        this pipeline exported does), else on."""
+        if asked is not None:
+            return cls(asked, "--invariants")
+        if header.invariants is not None:
+            return cls(header.invariants, "the file's header")
+        return cls(True, "the default; the file's header does not say")
 
 
 @dataclass(frozen=True)
@@ -148,15 +178,26 @@ def validate_locally(
     events: Sequence[dsh.Event],
     origin: str,
     projections: Mapping[str, Interpreter] | None = None,
+    mode: Mode | None = None,
 ) -> None:
     """Restore with the core's rules first: a bad file fails naming its seq before anything is
     published, instead of leaving a half-imported session behind. ``projections`` must name
-    the interpreters the writer has, or a file with message projections is refused here."""
+    the interpreters the writer has, or a file with message projections is refused here;
+    ``mode``: the invariants mode the session will have (default: on)."""
+    mode = mode or Mode(True, "the default")
     try:
-        restore(dsh.Session(session_id), events, projections, mark_end=False)
+        session = dsh.Session(session_id, invariants=mode.invariants)
+        restore(session, events, projections, mark_end=False)
     except RestoreError as exc:
+        hint = ""
+        if isinstance(exc.__cause__, InvariantError):
+            hint = (
+                f"; it breaks the turn invariants, which are on ({mode.chosen_by}). DSH creates "
+                "sessions without them unless asked, and such a session's file may break them: "
+                "import it with --invariants off to keep that mode"
+            )
         raise RestoreError(
-            f"{origin}: seq {exc.index} is not a valid continuation: {exc.message}",
+            f"{origin}: seq {exc.index} is not a valid continuation: {exc.message}{hint}",
             index=exc.index,
             code=exc.code,
         ) from exc
@@ -239,14 +280,25 @@ def import_events(
     origin: str,
     progress: Progress | None = None,
     writer_hint: str = WRITER_HINT,
+    mode: Mode | None = None,
 ) -> tuple[int, int]:
     """Append ``events`` (validated v3) to ``session_id`` through ``client`` (a SessionClient);
     returns (events already present, events published by this call). ``writer_hint`` says how
-    to start a writer when none answers (the CLI knows whether the local stack runs it)."""
-    from producers.errors import AppendTimeoutError, ConflictError
+    to start a writer when none answers (the CLI knows whether the local stack runs it);
+    ``mode``: the invariants mode the session is created with (default: on)."""
+    from producers.errors import AppendTimeoutError, ConflictError, InvariantsModeError
 
+    mode = mode or Mode(True, "the default")
     # From the log itself: the importer must know what committed when no writer answers.
-    present = committed_prefix(client.read_log(session_id).events(), events, session_id, origin)
+    existing = client.read_log(session_id)
+    present = committed_prefix(existing.events(), events, session_id, origin)
+    if present and existing.invariants != mode.invariants:
+        raise InvariantsModeError(
+            f"session {session_id!r} already exists with invariants "
+            f"{'on' if existing.invariants else 'off'}, and {origin} is imported with them "
+            f"{'on' if mode.invariants else 'off'} ({mode.chosen_by}); a session's mode is "
+            "fixed when it is created: import under a new id with --session-id NEW"
+        )
     done = present
     published = 0
     stalled = 0
@@ -267,7 +319,11 @@ def import_events(
                 # request table, and expected_seq keeps any other copy from committing.
                 rid = f"import:{file_hash[:32]}:{session_id}:{b.first}:{len(b.drafts)}"
                 fut = client.append_many_async(
-                    session_id, b.drafts, expected_seq=b.first, request_id=rid
+                    session_id,
+                    b.drafts,
+                    expected_seq=b.first,
+                    request_id=rid,
+                    invariants=mode.invariants,
                 )
                 in_flight.append((b, fut))
             b, fut = in_flight.pop(0)
@@ -281,7 +337,9 @@ def import_events(
                     # Behind the rejected batch, each fails its expected_seq: commits nothing.
                     with contextlib.suppress(SessionError):
                         later.result()
-                raise _pinpoint(client, session_id, b, file_hash, origin, exc) from exc
+                raise _pinpoint(
+                    client, session_id, b, file_hash, origin, exc, mode.invariants
+                ) from exc
             _check_reply(committed, b, session_id)
             done = b.last + 1
             published += len(committed)
@@ -315,7 +373,13 @@ def import_events(
 
 
 def _pinpoint(
-    client: Any, session_id: str, batch: _Batch, file_hash: str, origin: str, first: SessionError
+    client: Any,
+    session_id: str,
+    batch: _Batch,
+    file_hash: str,
+    origin: str,
+    first: SessionError,
+    invariants: bool,
 ) -> ImportRejectedError:
     """The batch was refused as a whole (nothing of it committed): append its events one by one
     to find the exact seq the writer refuses. The ones before it commit, so the session ends
@@ -328,7 +392,9 @@ def _pinpoint(
         seq = batch.first + i
         rid = f"import:{file_hash[:32]}:{session_id}:{seq}:1"
         try:
-            client.append_many(session_id, [d], expected_seq=seq, request_id=rid)
+            client.append_many(
+                session_id, [d], expected_seq=seq, request_id=rid, invariants=invariants
+            )
         except (AppendTimeoutError, ConflictError):
             seq = batch.first  # the session moved under us: report the batch as refused
             break
@@ -370,10 +436,12 @@ def import_file(
     projections: Mapping[str, Interpreter] | None = None,
     writer_hint: str = WRITER_HINT,
     max_event_bytes: int | None = None,
+    invariants: bool | None = None,
 ) -> ImportResult:
     """Publish the session file at ``path`` as session ``session_id`` (default: the file's id).
     ``max_event_bytes``: the writer's limit (default: the writer's default limit); a larger
-    event is refused before anything is published."""
+    event is refused before anything is published. ``invariants``: the session's mode
+    (default: what the file's header records, else on; see :meth:`Mode.of`)."""
     from producers.client import SessionClient
     from producers.writer.settings import WriterSettings
 
@@ -381,7 +449,8 @@ def import_file(
     kafka = kafka or KafkaSettings()
     header, events, file_hash = read_session_file(path)
     target = session_id or header.id
-    validate_locally(target, events, str(path), projections)
+    mode = Mode.of(header, invariants)
+    validate_locally(target, events, str(path), projections, mode)
     if max_event_bytes is None:
         max_event_bytes = WriterSettings.model_fields["max_event_bytes"].default
     check_sizes(target, events, max_event_bytes, str(path))
@@ -397,6 +466,7 @@ def import_file(
             origin=str(path),
             progress=progress,
             writer_hint=writer_hint,
+            mode=mode,
         )
     return ImportResult(
         session_id=target,
@@ -407,4 +477,5 @@ def import_file(
         final_seq=len(events) - 1,
         seconds=time.perf_counter() - started,
         lineage=header.lineage(),
+        invariants=mode.invariants,
     )

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import dsh
 from dsh.projections import Interpreter
 from dsh.restore import restore
-from schemas import decode_event_frozen
+from schemas import created_bare, decode_event_frozen
 from servicekit import kafka_clients
 from servicekit.partition_reader import high_watermark, read_partitions
 from servicekit.settings import KafkaSettings
@@ -22,16 +22,21 @@ def read_session(
     interpreters: Mapping[str, Interpreter] | None = None,
 ) -> dsh.Session:
     """The session's events on its partition up to the last stable offset, restored exactly as
-    logged (no end-of-session marker: the log goes on)."""
+    logged, in the invariants mode its first event records (no end-of-session marker: the log
+    goes on)."""
     reader = kafka_clients.reader(kafka, topics=(events_topic,))
     try:
         end = high_watermark(reader, events_topic, partition, timeout_s)  # read_committed: LSO
         key = session_id.encode()
-        events = [
-            decode_event_frozen(m.value() or b"").event
-            for m in read_partitions(reader, events_topic, {partition: (None, end)}, timeout_s)
-            if m.key() == key
-        ]
+        events = []
+        invariants = True
+        for m in read_partitions(reader, events_topic, {partition: (None, end)}, timeout_s):
+            if m.key() == key:
+                event = decode_event_frozen(m.value() or b"").event
+                if event["seq"] == 0:
+                    invariants = not created_bare(m.headers())
+                events.append(event)
     finally:
         reader.close()
-    return restore(dsh.Session(session_id), events, interpreters, mark_end=False)
+    session = dsh.Session(session_id, invariants=invariants)
+    return restore(session, events, interpreters, mark_end=False)

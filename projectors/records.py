@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,6 +19,9 @@ class Record(NamedTuple):
     event: Event
     partition: int
     offset: int
+    # The session's first event (seq 0) says it was created with invariants off. Set by the
+    # readers that restore sessions (topic_reader); the projectors never need it.
+    bare: bool = False
 
     @property
     def seq(self) -> int:
@@ -34,6 +37,12 @@ class Poison:
     partition: int
     offset: int
     headers: tuple[tuple[str, bytes], ...] = ()  # the record's own (dsh-type, dsh-format, …)
+
+
+def invariants_mode(items: Sequence[Record | Poison]) -> bool:
+    """A session's invariants mode, as its first record says (``topic_reader`` reads it)."""
+    first = items[0] if items else None
+    return not (isinstance(first, Record) and first.bare)
 
 
 def decode(

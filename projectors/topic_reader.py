@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from confluent_kafka import TopicPartition
 
 from projectors.records import Poison, Record, decode
+from schemas import created_bare
 from servicekit import kafka_clients
 from servicekit.partition_reader import NOW, read_partitions
 from servicekit.partitioning import partition_for
@@ -38,7 +39,10 @@ def scan_partitions(
     try:
         ranges = {p: (starts.get(p), NOW) for p in partitions}
         for m in read_partitions(consumer, topic, ranges, timeout_s, on_end):
-            yield decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0)
+            item = decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0)
+            if type(item) is Record and item.event.seq == 0 and created_bare(m.headers()):
+                item = item._replace(bare=True)
+            yield item
     finally:
         consumer.close()
 

@@ -16,7 +16,7 @@ from dsh.surface import Surface
 from dsh.vocabulary import BUILTIN_PROJECTION_TYPES, SURFACE_TYPES
 from projectors.audit import INDEXED, tool_error
 from projectors.read_api import Reader
-from projectors.records import Poison, Record
+from projectors.records import Poison, Record, invariants_mode
 from projectors.transcript import kind_of
 
 PROJECTIONS = ("surface", "transcript", "audit")
@@ -74,7 +74,9 @@ def verify(
         _expect_blocked(report, reader)
         return report
     try:
-        session = dsh.Session.from_restore(session_id, events, projections=interpreters)
+        session = dsh.Session.from_restore(
+            session_id, events, projections=interpreters, invariants=invariants_mode(items)
+        )
     except dsh.SessionError as exc:
         report.blocked_reason = f"[{exc.code}] {exc.message}"
         _expect_blocked(report, reader)

@@ -26,6 +26,15 @@ HEADER_READ_FROM = "dsh-read-from"
 HEADER_READ_NEXT = "dsh-read-next"
 # On an event a fork copied from its parent (before its session/end-seed marker): "1".
 HEADER_INHERITED = "dsh-inherited"
+# A session's invariants mode ("on" | "off"), fixed when it is created. On a command: the mode
+# the command creates its session with (or expects it to have). On the events topic: "off" on
+# a bare session's first event (seq 0); no header there means on. On a read's reply: "off".
+HEADER_INVARIANTS = "dsh-invariants"
+INVARIANTS_VALUES = {"on": True, "off": False}
+
+
+def invariants_header(invariants: bool) -> tuple[str, bytes]:
+    return HEADER_INVARIANTS, b"on" if invariants else b"off"
 
 
 class _ToJson(Protocol):
@@ -377,3 +386,26 @@ def header(
         if key == name and value is not None:
             return value.decode() if isinstance(value, bytes) else str(value)
     return None
+
+
+def invariants_of(
+    headers: Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None,
+) -> bool | None:
+    """The ``dsh-invariants`` header's mode, None when there is none; ``ValueError`` for a
+    value other than "on" or "off"."""
+    value = header(headers, HEADER_INVARIANTS)
+    if value is None:
+        return None
+    try:
+        return INVARIANTS_VALUES[value]
+    except KeyError:
+        raise ValueError(
+            f"header {HEADER_INVARIANTS} must be 'on' or 'off', not {value!r}"
+        ) from None
+
+
+def created_bare(
+    headers: Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None,
+) -> bool:
+    """Whether a session's first event says the session was created with invariants off."""
+    return header(headers, HEADER_INVARIANTS) == "off"

@@ -12,7 +12,7 @@ from dsh.formats.wire import is_int
 __all__ = ["BAD_HEADER", "SESSION_FORMAT_VERSION", "SessionHeader", "parse_header"]
 BAD_HEADER = "BAD_HEADER"
 
-_KEYS = frozenset({"type", "version", "id", "createdAt"})
+_KEYS = frozenset({"type", "version", "id", "createdAt", "invariants"})
 # What DSH's own session package writes beside them: where the session ran, the session it
 # was forked from, and whether it was seeded from one.
 _LINEAGE = {"cwd": "cwd", "parentSession": "parent_session", "isSeeded": "is_seeded"}
@@ -24,8 +24,10 @@ class SessionHeader:
     the file held, so an importer can tell a migrated log from a native one.
 
     ``cwd``, ``parent_session`` and ``is_seeded``: the lineage DSH records (None: not in the
-    file). ``extra``: keys a newer DSH wrote that this version does not know, kept as they
-    were (key, JSON value) so that a rewrite of the file loses nothing."""
+    file). ``invariants``: the session's turn-invariants mode, which this implementation
+    records (``"invariants": false`` for a bare session) and DSH does not (None: not said).
+    ``extra``: keys a newer DSH wrote that this version does not know, kept as they were
+    (key, JSON value) so that a rewrite of the file loses nothing."""
 
     id: str
     created_at: int
@@ -35,6 +37,7 @@ class SessionHeader:
     parent_session: str | None = None
     is_seeded: bool | None = None
     extra: tuple[tuple[str, Any], ...] = ()
+    invariants: bool | None = None
 
     def lineage(self) -> dict[str, Any]:
         """The lineage keys the file carried, under their wire names."""
@@ -51,6 +54,7 @@ class SessionHeader:
             "id": self.id,
             "createdAt": self.created_at,
             **self.lineage(),
+            **({} if self.invariants is None else {"invariants": self.invariants}),
             **dict(self.extra),
         }
 
@@ -73,12 +77,16 @@ def parse_header(value: Any, line: int = 1) -> SessionHeader:
     if not is_int(created_at) or created_at < 0:
         raise bad(f"createdAt must be epoch milliseconds (a non-negative int), got {created_at!r}")
     cwd, parent, seeded = (value.get(k) for k in _LINEAGE)
+    invariants = value.get("invariants")
     for key, got, kind in (
         ("cwd", cwd, str),
         ("parentSession", parent, str),
         ("isSeeded", seeded, bool),
+        ("invariants", invariants, bool),
     ):
         if got is not None and type(got) is not kind:
             raise bad(f"{key} must be a {kind.__name__}, got {got!r}")
     extra = tuple((k, value[k]) for k in sorted(value) if k not in _KEYS and k not in _LINEAGE)
-    return SessionHeader(session_id, created_at, version, version, cwd, parent, seeded, extra)
+    return SessionHeader(
+        session_id, created_at, version, version, cwd, parent, seeded, extra, invariants
+    )

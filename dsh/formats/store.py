@@ -138,7 +138,8 @@ class FileStore:
         for event_type, interpreter in self._projections.items():
             session.register_message_projection(event_type, interpreter)
         created = session.event(0).time if len(session) else self._now()
-        header = SessionHeader(session_id, created)
+        # Recorded only when off: DSH's own files never carry the key.
+        header = SessionHeader(session_id, created, invariants=None if self._invariants else False)
         self._open[session_id] = _Journal(path, session, header, exists=False)
         return session
 
@@ -160,7 +161,8 @@ class FileStore:
             session_id,
             events,
             projections=self._projections,
-            invariants=self._invariants,
+            # The mode the file records, else the store's.
+            invariants=self._invariants if header.invariants is None else header.invariants,
             clock=self._clock,
         )
         journal = _Journal(path, session, header, exists=True)

@@ -36,6 +36,8 @@ from schemas import (
     encode_event,
     encode_reply,
     header,
+    invariants_header,
+    invariants_of,
 )
 from schemas.frames import DraftFrame, decode_command_frames, event_prefix, event_value
 from servicekit.dlq import dead_letter_headers, source_of
@@ -73,10 +75,18 @@ def _read_part(held: SessionState, start: int) -> tuple[list[bytes], int | None]
     return values, None
 
 
-def inherited_headers(event_type: str, request_id: bytes) -> Headers:
-    """An inherited event's headers: an event's, and ``dsh-inherited: 1``, so a count over the
-    topic can leave out what a fork copied from its parent."""
-    return [*headers_of(event_type, request_id), (HEADER_INHERITED, b"1")]
+def event_headers_of(
+    event_type: str, request_id: bytes, inherited: bool, bare: bool = False
+) -> Headers:
+    """An event's headers, with ``dsh-inherited: 1`` when a fork copied it from its parent (so
+    a count over the topic can leave it out), and ``dsh-invariants: off`` on the first event
+    of a session created without the turn invariants (restores read its mode there)."""
+    headers = headers_of(event_type, request_id)
+    if inherited:
+        headers.append((HEADER_INHERITED, b"1"))
+    if bare:
+        headers.append(invariants_header(False))
+    return headers
 
 
 class CommandRecord(Protocol):
@@ -131,7 +141,12 @@ class CommandHandler:
             if read_from is not None:
                 self._read(record, command, state, read_from, outbox)
                 return
-        outcome = self._decide(record, command, state, len(value))
+        try:
+            invariants = invariants_of(record.headers())
+        except ValueError as exc:
+            outcome = Outcome(error=MalformedCommandError(f"request {command.request_id!r}: {exc}"))
+        else:
+            outcome = self._decide(record, command, state, len(value), invariants)
         self.failpoints.command(command.request_id)
         sid = command.session_id
         values: list[bytes] = []
@@ -161,10 +176,13 @@ class CommandHandler:
                 put, events, key = outbox.put, self.topics.events, sid.encode()
                 p = state.partition
                 request_id = command.request_id.encode()
-                inherited = _inherited(outcome.events) if outcome.events[0].seq == 0 else 0
+                creates = outcome.events[0].seq == 0
+                inherited = _inherited(outcome.events) if creates else 0
+                bare = creates and not session_state.session.invariants
                 for i, (ev, v) in enumerate(zip(outcome.events, values, strict=True)):
-                    if i < inherited:
-                        put(p, events, v, key, p, inherited_headers(ev.type, request_id))
+                    if i < inherited or (bare and i == 0):
+                        kind = event_headers_of(ev.type, request_id, i < inherited, bare and i == 0)
+                        put(p, events, v, key, p, kind)
                     else:
                         put(p, events, v, key, p, ev.type, request_id)
                 self.snapshots.after_command(state, sid, outbox)
@@ -195,7 +213,12 @@ class CommandHandler:
         return None
 
     def _decide(
-        self, record: CommandRecord, command: AppendCommand, state: PartitionState, size: int
+        self,
+        record: CommandRecord,
+        command: AppendCommand,
+        state: PartitionState,
+        size: int,
+        invariants: bool | None,
     ) -> Outcome:
         refused = self._refusal(record, command)
         if refused is not None:
@@ -206,7 +229,7 @@ class CommandHandler:
         remembered = state.rejections.get(command.session_id, command.request_id)
         if remembered is not None:
             return Outcome(error=remembered, repeated=True)
-        outcome = state.apply(command, size, self.limits)
+        outcome = state.apply(command, size, self.limits, invariants)
         if outcome.error is not None and command.session_id not in state.broken:
             state.rejections.add(command.session_id, command.request_id, outcome.error)
         return outcome
@@ -263,6 +286,8 @@ class CommandHandler:
             values, following = ([], None) if held is None else _read_part(held, start)
             if following is not None:
                 headers.append((HEADER_READ_NEXT, str(following).encode()))
+            if held is not None and not held.session.invariants:
+                headers.append(invariants_header(False))
             value = committed_reply(rid, cid, sid, values)
         reply_partition = self._partition_of(cid, self.placement.reply_partitions)
         outbox.put(

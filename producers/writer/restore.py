@@ -24,7 +24,14 @@ from producers.writer.state import (
     reusable_value,
     without_traceback,
 )
-from schemas import HEADER_REQUEST, WriterSnapshot, decode_event_frozen, decode_snapshot, header
+from schemas import (
+    HEADER_REQUEST,
+    WriterSnapshot,
+    created_bare,
+    decode_event_frozen,
+    decode_snapshot,
+    header,
+)
 from servicekit.partition_reader import high_watermark, read_partitions
 
 CHECKPOINT_KEY = b"\x00checkpoint"
@@ -33,6 +40,11 @@ CHECKPOINT_KEY = b"\x00checkpoint"
 def checkpoint_offset(snapshot: WriterSnapshot) -> int:
     state = snapshot.state if isinstance(snapshot.state, dict) else {}
     return int(state.get("eventsOffset", 0))
+
+
+def _bare(snapshot: WriterSnapshot) -> bool:
+    """Whether the snapshot's session was created with invariants off."""
+    return isinstance(snapshot.state, dict) and snapshot.state.get("invariants") is False
 
 
 def restore_partition(
@@ -78,6 +90,7 @@ def restore_partition(
     logs: dict[str, list[dict[str, Any]]] = {}
     values: dict[str, list[bytes | None]] = {}
     request_ids: dict[str, list[str | None]] = {}
+    bare: set[str] = set()  # sessions created with invariants off
     interpreters = interpreters or {}
     state = PartitionState(
         partition, interpreters, restored_from=start, rejections=Rejections(rejection_slots)
@@ -93,6 +106,8 @@ def restore_partition(
         covered = snapshots.get(record.session_id)
         if covered is not None and record.event["seq"] <= covered.last_seq:
             continue  # already in the snapshot
+        if record.event["seq"] == 0 and created_bare(message.headers()):
+            bare.add(record.session_id)
         logs.setdefault(record.session_id, []).append(record.event)
         values.setdefault(record.session_id, []).append(reusable_value(message.value()))
         request_ids.setdefault(record.session_id, []).append(
@@ -118,8 +133,9 @@ def restore_partition(
                 rejection_slots=rejection_slots,
                 _slots=slots,
             )
+        invariants = session_id not in bare and (latest is None or not _bare(latest))
         try:
-            session = rebuild(session_id, head + tail, interpreters)
+            session = rebuild(session_id, head + tail, interpreters, invariants)
         except SessionError as exc:
             state.broken[session_id] = without_traceback(exc)
             continue

@@ -17,7 +17,12 @@ from dsh.errors import SessionError, ValidationError
 from dsh.event import SESSION_FORMAT_VERSION
 from dsh.projections import Interpreter
 from dsh.restore import restore
-from producers.errors import ConflictError, MalformedCommandError, PayloadTooLargeError
+from producers.errors import (
+    ConflictError,
+    InvariantsModeError,
+    MalformedCommandError,
+    PayloadTooLargeError,
+)
 from producers.writer.rejections import Rejections
 from producers.writer.wire import answered_request, snapshot_value
 from schemas import AppendCommand, default_store, encode_event
@@ -65,10 +70,12 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def new_session(session_id: str, interpreters: Mapping[str, Interpreter]) -> dsh.Session:
+def new_session(
+    session_id: str, interpreters: Mapping[str, Interpreter], invariants: bool = True
+) -> dsh.Session:
     """A new session of this writer. Its message-projection interpreters are the writer's
     (``DSH_WRITER_PROJECTIONS``): the core refuses a projection event it has none for."""
-    session = dsh.Session(session_id, clock=wall_clock_ms)
+    session = dsh.Session(session_id, clock=wall_clock_ms, invariants=invariants)
     for event_type, interpreter in interpreters.items():
         session.register_message_projection(event_type, interpreter)
     return session
@@ -121,6 +128,7 @@ class SessionState:
             self.event_values(0, len(self.session)),
             bytes(self.requests_blob),
             self.encoded_requests,
+            bare=not self.session.invariants,
         )
 
 
@@ -142,12 +150,13 @@ def rebuild(
     session_id: str,
     events: Iterable[dsh.Event | dict[str, Any]],
     interpreters: Mapping[str, Interpreter],
+    invariants: bool = True,
 ) -> dsh.Session:
-    """The session exactly as logged: no end-of-session marker, unlike ``from_restore``,
-    because the writer continues the log rather than starting a new process on it."""
-    return restore(
-        dsh.Session(session_id, clock=wall_clock_ms), events, interpreters, mark_end=False
-    )
+    """The session exactly as logged, in its invariants mode: no end-of-session marker,
+    unlike ``from_restore``, because the writer continues the log rather than starting a new
+    process on it."""
+    session = dsh.Session(session_id, clock=wall_clock_ms, invariants=invariants)
+    return restore(session, events, interpreters, mark_end=False)
 
 
 @dataclass
@@ -168,18 +177,29 @@ class PartitionState:
     # Requests rejected recently: a retry gets the same rejection (producers/writer/rejections.py).
     rejections: Rejections = field(default_factory=Rejections)
 
-    def session(self, session_id: str) -> SessionState:
+    def session(self, session_id: str, invariants: bool | None = None) -> SessionState:
+        """The session's state, made if need be. ``invariants``: the mode a command asks for
+        (None: the default, on); a session with no event yet takes it (the mode is fixed by
+        the first committed append), any other keeps its own."""
         state = self.sessions.get(session_id)
+        mode = True if invariants is None else invariants
         if state is None:
-            state = SessionState(new_session(session_id, self.interpreters))
+            state = SessionState(new_session(session_id, self.interpreters, mode))
             self.sessions[session_id] = state
+        elif not len(state.session) and state.session.invariants != mode:
+            # Only a rejected command made it: as a restore would, start it afresh.
+            state.session = new_session(session_id, self.interpreters, mode)
         return state
 
-    def apply(self, command: AppendCommand, size: int, limits: Limits) -> Outcome:
+    def apply(
+        self, command: AppendCommand, size: int, limits: Limits, invariants: bool | None = None
+    ) -> Outcome:
+        """Apply ``command``; ``invariants``: the mode it asks its session to have (None:
+        whatever the session has)."""
         broken = self.broken.get(command.session_id)
         if broken is not None:
             return Outcome(error=broken)
-        state = self.session(command.session_id)
+        state = self.session(command.session_id, invariants)
         answered = state.requests.get(command.request_id)
         if answered is not None:
             first, count = answered
@@ -189,6 +209,14 @@ class PartitionState:
         except SessionError as exc:
             return Outcome(error=without_traceback(exc))
         session = state.session
+        if invariants is not None and session.invariants != invariants:
+            return Outcome(
+                error=InvariantsModeError(
+                    f"session {command.session_id!r} was created with invariants "
+                    f"{_mode(session.invariants)}; request {command.request_id!r} asks for "
+                    f"{_mode(invariants)}, and a session's mode is fixed when it is created"
+                )
+            )
         before = len(session)
         if command.expected_seq is not None and command.expected_seq != before:
             return Outcome(
@@ -204,7 +232,10 @@ class PartitionState:
                 # All-or-nothing: the core appends one event at a time, so a command failing
                 # part-way is undone by restoring the session from its events before it.
                 state.session = rebuild(
-                    command.session_id, session.events(0, before), self.interpreters
+                    command.session_id,
+                    session.events(0, before),
+                    self.interpreters,
+                    session.invariants,
                 )
             if not isinstance(exc, SessionError):
                 # Not a rejection but a fault in the core: the client gets INTERNAL, the
@@ -231,12 +262,19 @@ class PartitionState:
         state = self.sessions[command.session_id]
         first = outcome.events[0].seq
         state.session = rebuild(
-            command.session_id, state.session.events(0, first), self.interpreters
+            command.session_id,
+            state.session.events(0, first),
+            self.interpreters,
+            state.session.invariants,
         )
         del state.values[first:]
         del state.requests[command.request_id]
         state.clients.pop(command.request_id, None)
         state.events_since_snapshot = max(0, state.events_since_snapshot - len(outcome.events))
+
+
+def _mode(invariants: bool) -> str:
+    return "on" if invariants else "off"
 
 
 def _append(session: dsh.Session, draft: dict[str, Any]) -> dsh.Event:

@@ -17,6 +17,7 @@ import dsh
 from schemas import APPEND_REPLY, WRITER_SNAPSHOT, default_store
 from schemas.avro_io import long_bytes as _long
 from schemas.codec import HEADER_SIZE
+from schemas.records import default_codec
 
 
 @cache
@@ -58,16 +59,34 @@ def answered_request(request_id: str, client_id: str, first_seq: int, count: int
     return b"".join((_string(request_id), _string(client_id), _long(first_seq), _long(count)))
 
 
+# A snapshot's writer state for a session created with invariants off.
+BARE_STATE = {"invariants": False}
+
+
+@cache
+def _bare_state() -> bytes:
+    """The snapshot's ``state`` field holding :data:`BARE_STATE`. Cut by the codec from an
+    empty snapshot that has it (the field is last), so nothing of the JsonValue encoding is
+    written by hand here."""
+    empty = {"sessionId": "", "formatVersion": 0, "lastSeq": -1, "events": [], "requests": []}
+    value = default_codec().encode(WRITER_SNAPSHOT, {**empty, "state": BARE_STATE})
+    # The five fields before it are one byte each when empty: "", 0, -1, [], [].
+    return value[HEADER_SIZE + 5 :]
+
+
 def snapshot_value(
     session_id: str,
     format_version: int,
     event_values: Sequence[bytes],
     requests: bytes,
     request_count: int,
+    *,
+    bare: bool = False,
 ) -> bytes:
     """``WriterSnapshot`` of a session from its events' topic values (in seq order, each with
     its 10-byte header) and its answered requests (``request_count`` items of
-    :func:`answered_request`, concatenated); no writer state."""
+    :func:`answered_request`, concatenated); ``bare``: the session was created with invariants
+    off (the state says so), else no writer state."""
     parts: list[bytes | memoryview] = [
         _snapshot_header(),
         _string(session_id),
@@ -80,7 +99,8 @@ def snapshot_value(
     parts.append(b"\x00")
     if request_count:
         parts += (_long(request_count), requests)
-    parts.append(b"\x00\x00")  # end of requests; state: null (union branch 0)
+    parts.append(b"\x00")  # end of requests
+    parts.append(_bare_state() if bare else b"\x00")  # state: null is union branch 0
     return b"".join(parts)
 
 

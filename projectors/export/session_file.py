@@ -9,7 +9,7 @@ from dsh.formats import write_jsonl
 from dsh.formats.header import SessionHeader
 from projectors.errors import SessionUnknownError
 from projectors.export.errors import ExportRecordError
-from projectors.records import Record
+from projectors.records import Record, invariants_mode
 from projectors.topic_reader import read_session
 from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
@@ -23,7 +23,8 @@ def export_session(
     progress: Progress | None = None,
 ) -> int:
     """Write ``session_id``'s events to ``path``; returns how many. Its header's
-    ``createdAt`` is the first event's time (the log keeps no other)."""
+    ``createdAt`` is the first event's time (the log keeps no other); a session created with
+    invariants off says so (``"invariants": false``), so an import keeps its mode."""
     items = read_session(kafka or KafkaSettings(), session_id, progress=progress)
     if not items:
         raise SessionUnknownError(
@@ -38,5 +39,6 @@ def export_session(
             code="RECORD_UNDECODABLE",
         )
     events = [i.event for i in items if type(i) is Record]
-    write_jsonl(path, SessionHeader(session_id, events[0].time), events)
+    header = SessionHeader(session_id, events[0].time, invariants=invariants_mode(items))
+    write_jsonl(path, header, events)
     return len(events)

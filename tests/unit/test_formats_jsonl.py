@@ -283,3 +283,14 @@ def test_dshs_own_header_keys_are_kept_as_lineage_and_newer_keys_survive_a_rewri
     write_jsonl(again, read, events)
     assert json.loads(again.read_text().splitlines()[0]) == json.loads(header)
     assert read_jsonl(again)[0] == read
+
+
+def test_the_invariants_mode_in_a_header_is_read_written_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "bare.jsonl"
+    path.write_text('{"type":"session","version":3,"id":"s","createdAt":0,"invariants":false}\n')
+    header, _ = read_jsonl(path)
+    assert header.invariants is False and header.extra == ()
+    assert header.to_json()["invariants"] is False
+    assert "invariants" not in SessionHeader("s", 0).to_json()
+    bad = '{"type":"session","version":3,"id":"s","createdAt":0,"invariants":"off"}'
+    refused([bad], "BAD_HEADER", "invariants must be a bool")

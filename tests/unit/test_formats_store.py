@@ -298,3 +298,34 @@ def test_ids_lists_sessions_on_disk_and_open_ones(tmp_path: Path) -> None:
     store.create("a")
     assert store.ids() == ["a", "b"]
     assert FileStore(tmp_path).ids() == ["b"]
+
+
+def test_a_sessions_invariants_mode_is_recorded_in_its_file_and_honoured_on_open(
+    tmp_path: Path,
+) -> None:
+    """A bare session's file says so; a store with the other default opens it in its own
+    mode. A file that does not say (DSH's) takes the store's."""
+    bare = FileStore(tmp_path, clock=clock(), invariants=False)
+    session = bare.create("bare")
+    # Only the turn invariants refuse an assistant message outside a turn.
+    message = {
+        "id": "a",
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "source": {"kind": "model", "provider": "p", "model": "m"},
+    }
+    session.append(
+        "assistant/message",
+        {"turn": 1, "step": 1, "message": message, "stream": []},
+        surface_op="append",
+    )
+    bare.flush()
+    header, _ = read_wire(tmp_path / "bare.jsonl")
+    assert header.invariants is False
+    strict = FileStore(tmp_path, clock=clock())
+    assert strict.open("bare").invariants is False
+    on = strict.create("on")
+    say(on, "a")
+    strict.flush()
+    assert read_wire(tmp_path / "on.jsonl")[0].invariants is None  # the default is not written
+    assert FileStore(tmp_path, invariants=False).open("on").invariants is False

@@ -18,11 +18,13 @@ from producers.writer.snapshots import Snapshots
 from producers.writer.state import Limits, PartitionState
 from schemas import (
     HEADER_INHERITED,
+    HEADER_INVARIANTS,
     HEADER_READ_FROM,
     HEADER_READ_NEXT,
     AppendCommand,
     decode_event,
     decode_reply,
+    decode_snapshot,
     draft,
     encode_command,
     header,
@@ -30,7 +32,7 @@ from schemas import (
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.topics import Topics
-from tests.support.builders import user
+from tests.support.builders import assistant, user
 
 TOPICS = Topics.of(KafkaSettings(topic_prefix="t"))
 PARTITIONS = 4
@@ -365,3 +367,69 @@ def test_the_events_a_fork_inherited_carry_a_header_saying_so() -> None:
     assert [e.kind for e in later.on(TOPICS.events)] == ["turn/start"]
     other = handle(h, PartitionState(HOME), Record(command("plain"), SID.encode()))
     assert all(isinstance(e.kind, str) for e in other.on(TOPICS.events))
+
+
+# An assistant message with no turn open: only the turn invariants refuse it.
+_OUTSIDE_A_TURN = draft("assistant/message", assistant(), surface_op="append")
+
+
+def _mode(value: bytes) -> list[tuple[str, bytes]]:
+    return [(HEADER_INVARIANTS, value)]
+
+
+def test_a_session_created_with_invariants_off_keeps_that_mode_and_records_it() -> None:
+    state, h = PartitionState(HOME), handler(snapshot_every=2)
+    out = handle(
+        h, state, Record(command("r1", [_OUTSIDE_A_TURN]), SID.encode(), _headers=_mode(b"off"))
+    )
+    assert out.reply().exception() is None
+    (first,) = out.on(TOPICS.events)
+    assert isinstance(first.kind, list) and header(first.kind, HEADER_INVARIANTS) == "off"
+    # Later commands need not say it; their events carry no mode (the first one records it).
+    later = handle(h, state, Record(command("r2", [_OUTSIDE_A_TURN]), SID.encode()))
+    assert later.reply().exception() is None
+    assert [e.kind for e in later.on(TOPICS.events)] == ["assistant/message"]
+    (snapshot,) = later.on(TOPICS.snapshots)
+    assert decode_snapshot(snapshot.value or b"").state == {"invariants": False}
+    # A command that asks for the other mode is refused: the mode is fixed at creation.
+    asks_on = Record(command("r3"), SID.encode(), _headers=_mode(b"on"))
+    refused = handle(h, state, asks_on).reply().exception()
+    assert refused is not None and refused.code == "INVARIANTS_MODE"
+    assert len(state.sessions[SID].session) == 2
+
+
+def test_the_default_mode_is_on_and_a_session_is_only_created_by_a_committed_append() -> None:
+    state, h = PartitionState(HOME), handler()
+    on = handle(h, state, Record(command("r1", [_OUTSIDE_A_TURN]), SID.encode()))
+    assert on.reply().exception() is not None  # the invariants refuse it
+    # Only a rejected command touched the session: the next one's mode decides.
+    bare = Record(command("r2", [_OUTSIDE_A_TURN]), SID.encode(), _headers=_mode(b"off"))
+    assert handle(h, state, bare).reply().exception() is None
+    assert state.sessions[SID].session.invariants is False
+    # And the other way round: a refused "off" command leaves no bare session behind.
+    other = PartitionState(HOME)
+    too_big = Record(command("r3", expected_seq=5), SID.encode(), _headers=_mode(b"off"))
+    assert handle(h, other, too_big).reply().exception() is not None
+    assert handle(h, other, Record(command("r4"), SID.encode())).reply().exception() is None
+    assert other.sessions[SID].session.invariants is True
+    assert all(
+        isinstance(e.kind, str)
+        for e in handle(h, PartitionState(HOME), Record(command("r5"), SID.encode())).on(
+            TOPICS.events
+        )
+    )
+
+
+def test_a_mode_header_other_than_on_or_off_is_a_malformed_command() -> None:
+    state = PartitionState(HOME)
+    out = handle(handler(), state, Record(command(), SID.encode(), _headers=_mode(b"no")))
+    refused = out.reply().exception()
+    assert refused is not None and refused.code == "MALFORMED_COMMAND"
+    assert out.on(TOPICS.events) == []
+
+
+def test_a_read_of_a_bare_session_says_its_mode() -> None:
+    state, h = PartitionState(HOME), handler()
+    handle(h, state, Record(command("r1", [_OUTSIDE_A_TURN]), SID.encode(), _headers=_mode(b"off")))
+    (put,) = handle(h, state, _read("read", "0")).on(TOPICS.replies)
+    assert isinstance(put.kind, list) and header(put.kind, HEADER_INVARIANTS) == "off"
