@@ -4,9 +4,8 @@ file store and ``SessionClient`` over a real writer. Each backend must answer ev
 as the in-process core does (accepted with the same seqs, or refused with the same error class
 and code) and end with the same logs, surfaces and model messages.
 
-The pipeline's sessions keep the invariants on (``Backend.invariants``): on it each scenario is
-compared with the core run the same way, and the tables of the bare layer (invariants off)
-are left to the other two.
+Each session has the invariants mode the scenario gives it (the DSH vectors' sessions are bare
+unless named ``inv-``); the pipeline's first append creates the session in that mode.
 """
 
 from __future__ import annotations
@@ -54,27 +53,26 @@ def _scripted(driver: Driver) -> None:
     multi_turn_script(append, append_many)
 
 
-def _scenarios() -> Iterator[tuple[str, Scenario, Modes, bool]]:
-    """(name, scenario, each session's invariants mode, whether it needs the bare layer)."""
+def _scenarios() -> Iterator[tuple[str, Scenario, Modes]]:
+    """(name, scenario, each session's invariants mode)."""
     for vector in dsh_vectors.SCENARIOS:
         yield (
             f"dsh-vector:{vector['scenario']}",
             dsh_vectors.scenario_of(vector),
             dsh_vectors.invariants_of,
-            False,
         )
     for name, prefix, last, _ in tables.CASES:
-        yield f"invariants:{name}", _steps("s", [*prefix, last]), lambda _: True, False
+        yield f"invariants:{name}", _steps("s", [*prefix, last]), lambda _: True
     for name, type_, data, _ in tables.BAD:
         op = "append" if type_.endswith("message") or type_ == "tool/result" else None
         steps = [*tables.VOCABULARY_BASE, (type_, data, op, None)]
-        yield f"vocabulary:{name}", _steps("s", steps), lambda _: True, False
+        yield f"vocabulary:{name}", _steps("s", steps), lambda _: True
     rows: list[tuple[Any, ...]] = [*tables.ACCEPTED, *tables.REJECTED]
     for row in rows:
         name, type_, data, op, sources = row[:5]
         steps = [*tables.BASE, (type_, data, op, sources)]
-        yield f"surface:{name}", _steps("s", steps), lambda _: False, True
-    yield "scripted session", _scripted, lambda _: True, False
+        yield f"surface:{name}", _steps("s", steps), lambda _: False  # the bare layer
+    yield "scripted session", _scripted, lambda _: True
 
 
 SCENARIOS = list(_scenarios())
@@ -107,24 +105,21 @@ def topics_module(servers: Any) -> KafkaSettings:
 
 
 def _check(backend: Backend, scenario: Scenario, modes: Modes) -> None:
-    fixed = backend.invariants
-    expected = run(InProcess(), scenario, modes if fixed is None else (lambda _: fixed))
+    expected = run(InProcess(), scenario, modes)
     assert_same(run(backend, scenario, modes), expected, backend.name)
 
 
-@pytest.mark.parametrize(("name", "scenario", "modes", "bare"), SCENARIOS, ids=IDS)
+@pytest.mark.parametrize(("name", "scenario", "modes"), SCENARIOS, ids=IDS)
 def test_the_file_store_answers_as_the_core(
-    name: str, scenario: Scenario, modes: Modes, bare: bool, tmp_path: Path
+    name: str, scenario: Scenario, modes: Modes, tmp_path: Path
 ) -> None:
     _check(Files(tmp_path), scenario, modes)
 
 
-@pytest.mark.parametrize(("name", "scenario", "modes", "bare"), SCENARIOS, ids=IDS)
+@pytest.mark.parametrize(("name", "scenario", "modes"), SCENARIOS, ids=IDS)
 def test_the_pipeline_answers_as_the_core(
-    name: str, scenario: Scenario, modes: Modes, bare: bool, pipeline: Pipeline
+    name: str, scenario: Scenario, modes: Modes, pipeline: Pipeline
 ) -> None:
-    if bare:
-        pytest.skip("the pipeline's sessions keep the invariants on; this table is the bare layer")
     _check(pipeline.fresh(), scenario, modes)
 
 

@@ -23,7 +23,8 @@ import dsh
 from cli import main
 from deploy.local.processes import free_ports
 from dsh.formats import read_jsonl, write_jsonl
-from producers import PayloadTooLargeError, SessionClient
+from dsh.restore import restore
+from producers import InvariantsModeError, PayloadTooLargeError, SessionClient
 from producers.importer import (
     ImportRejectedError,
     SessionExistsError,
@@ -50,7 +51,8 @@ from tests.integration.writer_support import (
     without_time,
     writer_settings,
 )
-from tests.support.builders import user
+from tests.support.builders import assistant, user
+from tests.support.dsh_vectors import SCENARIOS, VECTORS, invariants_of
 
 FORMATS = Path(__file__).resolve().parents[1] / "unit" / "data" / "formats"
 # Small enough that one oversized event is cheap to build; the writer refuses it, not the core.
@@ -408,6 +410,105 @@ def test_a_session_file_round_trips_through_import_and_export_jsonl(
 
     assert main(["export", "--format", "jsonl", _sid("nobody"), "--output", str(out)]) == 1
     assert "[SESSION_UNKNOWN]" in capsys.readouterr().err
+
+
+APPEND = {"surfaceOp": "append"}
+
+
+def _bare_file(path: Path, session_id: str) -> Path:
+    """A session file as a DSH session created without invariants may write it: an assistant
+    message outside any turn, which only the turn invariants refuse."""
+    message = assistant(mid="a0")
+    lines = [
+        f'{{"type":"session","version":3,"id":"{session_id}","createdAt":1}}',
+        json.dumps(
+            {"type": "user/message", "seq": 0, "time": 1, "data": user("u0"), "surfaceOp": "append"}
+        ),
+        json.dumps(
+            {
+                "type": "assistant/message",
+                "seq": 1,
+                "time": 2,
+                "data": message,
+                "surfaceOp": "append",
+            }
+        ),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_import_keeps_a_files_invariants_mode_and_says_how_to_import_a_bare_dsh_file(
+    tmp_path: Path,
+    cli_env: KafkaSettings,
+    client: SessionClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    source = _bare_file(tmp_path / "bare.jsonl", "bare")
+    sid = _sid("bare")
+    # DSH does not record the mode; ours defaults to on, and the refusal says what to do.
+    assert main(["import", str(source), "--session-id", sid, "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "[NO_OPEN_TURN]" in err and "seq 1" in err and "--invariants off" in err
+    assert len(client.read(sid)) == 0  # nothing was published
+
+    assert main(["import", str(source), "--session-id", sid, "--invariants", "off", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["invariants"] is False
+    assert client.read(sid).invariants is False
+    out = tmp_path / "out.jsonl"
+    assert main(["export", "--format", "jsonl", sid, "--output", str(out), "--no-progress"]) == 0
+    header, exported = read_jsonl(out)
+    assert header.invariants is False  # recorded, so that a re-import keeps it
+    again = _sid("bare-again")
+    result = import_file(out, kafka=cli_env, session_id=again)
+    assert result.invariants is False and client.read(again).invariants is False
+    assert without_time(client.read(again).events()) == without_time(exported)
+    # A session's mode is fixed: resuming it under the other is refused, nothing is sent.
+    valid = _v3_file(tmp_path / "valid.jsonl", "valid")
+    fixed = _sid("fixed")
+    import_file(valid, kafka=cli_env, session_id=fixed, invariants=False)
+    with pytest.raises(InvariantsModeError) as info:
+        import_file(valid, kafka=cli_env, session_id=fixed)
+    assert "--session-id" in info.value.message and client.read(fixed).invariants is False
+
+
+VECTOR_SESSIONS = [
+    pytest.param(name, recorded, id=f"{scenario['scenario']}-{name}")
+    for scenario in SCENARIOS
+    for name, recorded in scenario["sessions"].items()
+]
+
+
+@pytest.mark.skipif(not VECTORS.exists(), reason=f"no DSH reference vectors at {VECTORS}")
+@pytest.mark.parametrize(("name", "recorded"), VECTOR_SESSIONS)
+def test_dshs_own_files_round_trip_through_import_and_export(
+    name: str,
+    recorded: dict[str, Any],
+    tmp_path: Path,
+    cli_env: KafkaSettings,
+    client: SessionClient,
+) -> None:
+    """Each final session of the reference vectors, as DSH writes it (its header, lineage keys
+    and all, then its events): `dsh import` in DSH's mode for it, `dsh export --format jsonl`,
+    and the file read back has DSH's events (but for times), surface and messages."""
+    source = tmp_path / "dsh.jsonl"
+    lines = [{"type": "session", **recorded["header"]}, *recorded["events"]]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    sid = _sid(name)
+    mode = "on" if invariants_of(name) else "off"  # DSH's sessions are bare unless asked
+    assert main(["import", str(source), "--session-id", sid, "--invariants", mode, "--json"]) == 0
+    out = tmp_path / "out.jsonl"
+    assert main(["export", "--format", "jsonl", sid, "--output", str(out), "--no-progress"]) == 0
+    header, exported = read_jsonl(out)
+    assert header.invariants is (None if invariants_of(name) else False)
+    events = [{k: v for k, v in e.to_json().items() if k != "time"} for e in exported]
+    assert events == [{k: v for k, v in e.items() if k != "time"} for e in recorded["events"]]
+    session = restore(
+        dsh.Session(sid, invariants=invariants_of(name)), exported, None, mark_end=False
+    )
+    assert list(session.surface.nodes) == recorded["surface"]["nodes"]
+    assert session.surface.replace_generation == recorded["surface"]["replaceGeneration"]
+    assert session.derive_messages() == recorded["deriveMessages"]
 
 
 # -- export ---------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import producers.writer.snapshots as snapshots_module
 from producers import (
     AppendTimeoutError,
     ConflictError,
+    InvariantsModeError,
     MalformedCommandError,
     PayloadTooLargeError,
     SessionClient,
@@ -561,3 +562,32 @@ def test_a_session_too_large_to_snapshot_is_tried_again_only_every_n_events(
         # At events 3 and 6 only; re-encoding the session on every later append would make
         # each append cost the session's length.
         assert skipped() - before == 2
+
+
+@pytest.mark.parametrize("snapshots", [True, False], ids=["from a snapshot", "from the log"])
+def test_a_session_created_without_invariants_keeps_its_mode_across_restores(
+    topics: KafkaSettings, snapshots: bool
+) -> None:
+    """The mode is fixed when the session is created: a writer that restores it, from its
+    snapshot or from its first event's header, goes on without the turn invariants, and a
+    read says so. Asking for the other mode later is refused."""
+    sid = f"bare-{uuid.uuid4().hex[:8]}"
+    home = partition_for(sid, PARTITIONS)
+    settings = writer_settings(snapshot_every=2 if snapshots else 1000)
+    outside = [draft("assistant/message", assistant(mid="a0"), surface_op="append")]
+    with SessionClient(settings=topics, timeout=20) as client:
+        with running_writer(topics, settings):
+            with pytest.raises(dsh.InvariantError):  # the default: on
+                client.append_many(f"{sid}-on", outside)
+            client.append_many(sid, outside, invariants=False)
+            client.append(sid, "user/message", user("u1"), surface_op="append")
+        with running_writer(topics, writer_settings(group_id=settings.group_id)) as second:
+            restored = second.partitions[home].sessions[sid].session
+            assert restored.invariants is False and len(restored) == 2
+            again = [draft("assistant/message", assistant(mid="a1"), surface_op="append")]
+            assert client.append_many(sid, again)[0].seq == 2
+            with pytest.raises(InvariantsModeError):
+                client.append_many(sid, again, invariants=True)
+            read = client.read(sid)  # the writer answers it
+            assert read.invariants is False and len(read) == 3
+        assert client.read_log(sid).invariants is False  # from the log alone

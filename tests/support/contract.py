@@ -24,11 +24,9 @@ Outcome = tuple[Any, ...]  # ("ok", seq, …) or ("rejected", error class, code)
 
 
 class Backend(ABC):
-    """Somewhere sessions live. ``invariants``: the mode of the sessions it makes (None: the
-    scenario's choice)."""
+    """Somewhere sessions live, each in the invariants mode the scenario gives it."""
 
     name: str
-    invariants: bool | None = None
 
     @abstractmethod
     def create(self, session_id: str, invariants: bool) -> None: ...
@@ -138,22 +136,22 @@ class Files(InProcess):
 
 
 class Pipeline(Backend):
-    """``SessionClient`` appending through a running writer; reads restore from the events
-    topic. The writer's sessions keep the invariants on."""
+    """``SessionClient`` appending through a running writer; reads are the writer's. Each
+    session's invariants mode goes with its appends (the first one creates it)."""
 
     name = "pipeline"
-    invariants = True
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.prefix = f"contract-{uuid.uuid4().hex[:8]}-"  # sessions of one run only
+        self.modes: dict[str, bool] = {}
 
     def fresh(self) -> Pipeline:
         """The same pipeline, for another run: sessions of its own."""
         return Pipeline(self.client)
 
     def create(self, session_id: str, invariants: bool) -> None:
-        assert invariants, "the pipeline's sessions keep the invariants on"
+        self.modes[session_id] = invariants
 
     def _sid(self, session_id: str) -> str:
         return self.prefix + session_id
@@ -174,17 +172,21 @@ class Pipeline(Backend):
             surface_op=surface_op,
             source_event_seqs=sources,
             ignorable=ignorable,
+            invariants=self.modes[session_id],
         )
         return event
 
     def append_many(self, session_id: str, drafts: Sequence[Mapping[str, Any]]) -> list[dsh.Event]:
-        events: list[dsh.Event] = self.client.append_many(self._sid(session_id), drafts)
+        events: list[dsh.Event] = self.client.append_many(
+            self._sid(session_id), drafts, invariants=self.modes[session_id]
+        )
         return events
 
     def fork(self, parent_id: str, child_id: str, at: int | None) -> None:
         # A fork is a new session whose first events are the parent's, then the marker: the
         # core makes it from what the pipeline committed, the pipeline validates it again.
         child = self.read(parent_id).fork(self._sid(child_id), at)
+        self.modes[child_id] = child.invariants  # the parent's
         self.append_many(child_id, [_draft(ev) for ev in child.events()])
 
     def read(self, session_id: str) -> dsh.Session:
@@ -263,9 +265,8 @@ Scenario = Callable[[Driver], None]
 
 
 def run(backend: Backend, scenario: Scenario, modes: Modes = lambda _: True) -> Run:
-    """``modes``: each session's invariants mode, unless the backend has one for all."""
-    fixed = backend.invariants
-    driver = Driver(backend, modes if fixed is None else (lambda _: fixed))
+    """``modes``: each session's invariants mode."""
+    driver = Driver(backend, modes)
     scenario(driver)
     return driver.finish()
 
