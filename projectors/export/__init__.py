@@ -25,11 +25,14 @@ Its parts, each a module:
 
 from projectors.export.errors import (
     ExportBusyError,
+    ExportDependencyError,
     ExportDirectoryError,
     ExportError,
+    ExportFormatError,
     ExportManifestError,
     ExportRecordError,
 )
+from projectors.export.formats import FORMATS, ExportFormat
 from projectors.export.manifest import MANIFEST, Manifest
 from projectors.export.reading import read_export
 from projectors.export.run import CODECS, ExportResult, export
@@ -38,10 +41,14 @@ from servicekit.progress import Progress
 
 __all__ = [
     "CODECS",
+    "FORMATS",
     "MANIFEST",
     "ExportBusyError",
+    "ExportDependencyError",
     "ExportDirectoryError",
     "ExportError",
+    "ExportFormat",
+    "ExportFormatError",
     "ExportManifestError",
     "ExportRecordError",
     "ExportResult",
