@@ -1,4 +1,4 @@
-"""`dsh import` and `dsh export`: session files in, Avro container files out.
+"""`dsh import` and `dsh export`: session files in, Avro or Parquet files out.
 
 Handlers import the services lazily: `import dsh` stays free of Kafka and the codec.
 """
@@ -35,11 +35,23 @@ Event times are assigned by the writer at import; the file's times are not prese
 A writer must be running: the local stack runs one (`dsh up`), or start `dsh writer`."""
 
 EXPORT_HELP = """\
-Write the events topic (read_committed, every partition) to Avro object container files, for
-analytics engines: DIR/date=YYYY-MM-DD/part-<partition>-<firstOffset>-<lastOffset>.avro, the
-SessionEvent schema embedded in each file. DIR/_offsets.json is the checkpoint: a re-run
-exports only records after it, and a crashed run never leaves duplicates behind.
---from-beginning re-exports everything and replaces the directory's files.
+Write the events topic (read_committed, every partition) to files by date, for analytics
+engines: DIR/date=YYYY-MM-DD/part-<partition>-<firstOffset>-<lastOffset>.<ext> (hive style).
+DIR/_offsets.json is the checkpoint: a re-run exports only records after it, and a crashed run
+never leaves duplicates behind. --from-beginning re-exports everything and replaces the
+directory's files. A directory holds one format: another one's export is refused
+(MANIFEST_FORMAT).
+
+--format avro (default): Avro object container files with the wire SessionEvent schema
+  embedded, records copied as they are on the topic (its data type is recursive: engines such
+  as DuckDB, Polars and Spark cannot read it; fastavro and Java Avro can).
+--format parquet: one row per event: the envelope typed (time a UTC timestamp), data as JSON
+  text, typed columns pulled out of data (turn, step, role, provider, model, usage tokens,
+  tool name and call id, error code, end reason) and lineage (inherited: a fork's copy of its
+  parent's event; partition, offset). Needs pyarrow: pip install 'dsh-pipeline[analytics]'.
+--format avro-flat: the same rows as Avro with no recursive type.
+Columns: docs/operations.md#export. --codec: deflate|snappy|null for Avro (default deflate),
+zstd|snappy|null for Parquet (default zstd).
 
 --format jsonl SESSION writes one session, as committed in the events topic, as a session
 file DSH reads (a v3 header and events): SESSION.jsonl, or --output FILE."""
@@ -80,16 +92,17 @@ def register(commands: Any) -> None:
 
     exp = commands.add_parser(
         "export",
-        help="write the events topic to date-partitioned Avro files (incremental)",
+        help="write the events topic to date-partitioned Avro or Parquet files (incremental)",
         description=EXPORT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     exp.add_argument("directory", metavar="DIR|SESSION", help="DIR; with --format jsonl, SESSION")
     exp.add_argument(
         "--format",
-        choices=("avro", "jsonl"),
+        choices=("avro", "avro-flat", "parquet", "jsonl"),
         default="avro",
-        help="avro: the whole topic into DIR (default); jsonl: one session as a session file",
+        help="avro (default; the wire schema), avro-flat or parquet (one flat row per event): "
+        "the whole topic into DIR; jsonl: one session as a session file",
     )
     exp.add_argument("--output", metavar="FILE", help="with --format jsonl (default SESSION.jsonl)")
     exp.add_argument(
@@ -99,9 +112,10 @@ def register(commands: Any) -> None:
     )
     exp.add_argument(
         "--codec",
-        choices=("deflate", "snappy", "null"),
-        default="deflate",
-        help="container block compression (default deflate; snappy needs cramjam)",
+        choices=("deflate", "snappy", "zstd", "null"),
+        default=None,
+        help="compression: Avro deflate (default), snappy (needs cramjam) or null; Parquet "
+        "zstd (default), snappy or null",
     )
     exp.add_argument("--json", action="store_true", help="print the result as JSON")
     exp.add_argument(
@@ -170,6 +184,7 @@ def _export(args: argparse.Namespace) -> int:
         args.directory,
         kafka=_kafka(),
         from_beginning=args.from_beginning,
+        format=args.format,
         codec=args.codec,
         connect_timeout=args.timeout,
         progress=_progress(args, "records"),

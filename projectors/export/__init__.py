@@ -1,10 +1,13 @@
-"""``dsh export DIR``: the events topic as Avro object container files, for analytics engines.
+"""``dsh export DIR``: the events topic as files by date, for analytics engines.
 
-Layout: ``DIR/date=YYYY-MM-DD/part-<partition>-<firstOffset>-<lastOffset>.avro`` (the UTC date of
-the events' ``time``), each file a container with the ``dsh.v1.SessionEvent`` schema embedded,
-so any Avro reader needs nothing else. ``DIR/_offsets.json`` is the checkpoint: per partition,
-the next offset to export. Engines that skip ``_``/``.`` names (Spark, Hive, Trino, DuckDB
-globs on ``part-*``) never see it or the temporary files.
+Layout: ``DIR/date=YYYY-MM-DD/part-<partition>-<firstOffset>-<lastOffset>.<ext>`` (the UTC date of
+the events' ``time``, hive style). Formats (:mod:`.formats`): ``avro``, containers with the
+``dsh.v1.SessionEvent`` schema embedded and records copied as they are on the topic;
+``parquet`` and ``avro-flat``, one flat row per event (:mod:`.rows`) that DuckDB, Polars and
+Spark read (the wire schema's recursive ``JsonValue`` is what they refuse). ``DIR/_offsets.json``
+is the checkpoint: per partition, the next offset to export, and the directory's format (one per
+directory). Engines that skip ``_``/``.`` names (Spark, Hive, Trino, DuckDB globs on
+``part-*``) never see it or the temporary files.
 
 Idempotent by offset ranges: a run reads each partition (``read_committed``) from its
 checkpoint to the end as of the start of the run, writes files under temporary names and
@@ -15,21 +18,29 @@ record is in exactly one visible file once its run finished, and never in two.
 
 Its parts, each a module:
 
-- :mod:`.run`: one run, from the lock to the renames (:func:`export`);
+- :mod:`.run`: one run, from the lock to the renames (:func:`export`), for every format;
 - :mod:`.manifest`: the checkpoint, its commit and roll-forward;
-- :mod:`.files`: the files' names and one container being written;
-- :mod:`.reading`: an export read back (:func:`read_export`);
+- :mod:`.files`: the files' names, one file being written, and the sink interface formats write
+  through;
+- :mod:`.formats`: the formats and the codecs each takes;
+- :mod:`.avro_files`: the wire and the flat Avro sinks; :mod:`.analytics`: the Parquet one
+  (pyarrow, the ``analytics`` extra);
+- :mod:`.rows`: the flat row of one event, and its columns;
+- :mod:`.reading`: a wire Avro export read back (:func:`read_export`);
 - :mod:`.session_file`: one session as a session file (``--format jsonl``);
 - :mod:`.errors`: what an export fails with, by code.
 """
 
 from projectors.export.errors import (
     ExportBusyError,
+    ExportDependencyError,
     ExportDirectoryError,
     ExportError,
+    ExportFormatError,
     ExportManifestError,
     ExportRecordError,
 )
+from projectors.export.formats import FORMATS, ExportFormat
 from projectors.export.manifest import MANIFEST, Manifest
 from projectors.export.reading import read_export
 from projectors.export.run import CODECS, ExportResult, export
@@ -38,10 +49,14 @@ from servicekit.progress import Progress
 
 __all__ = [
     "CODECS",
+    "FORMATS",
     "MANIFEST",
     "ExportBusyError",
+    "ExportDependencyError",
     "ExportDirectoryError",
     "ExportError",
+    "ExportFormat",
+    "ExportFormatError",
     "ExportManifestError",
     "ExportRecordError",
     "ExportResult",

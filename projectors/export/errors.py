@@ -13,7 +13,8 @@ class ExportError(SessionError):
 @register_error
 class ExportManifestError(ExportError):
     """``MANIFEST_CORRUPT``, ``MANIFEST_TOPIC`` (another topic's export), ``MANIFEST_AHEAD``
-    (the topic was recreated or is another cluster) or ``MANIFEST_PENDING_LOST``."""
+    (the topic was recreated or is another cluster), ``MANIFEST_FORMAT`` (another format's export)
+    or ``MANIFEST_PENDING_LOST``."""
 
     default_code = "MANIFEST_CORRUPT"
 
@@ -35,3 +36,17 @@ class ExportRecordError(ExportError):
     """A record that does not decode as a SessionEvent; nothing of the run was committed."""
 
     default_code = "RECORD_UNDECODABLE"
+
+
+@register_error
+class ExportFormatError(ExportError):
+    """``EXPORT_FORMAT``: no such format, or a codec the format does not take (``CODEC``)."""
+
+    default_code = "EXPORT_FORMAT"
+
+
+@register_error
+class ExportDependencyError(ExportError):
+    """A format's optional library is missing: ``ANALYTICS_EXTRA_MISSING`` (pyarrow)."""
+
+    default_code = "ANALYTICS_EXTRA_MISSING"

@@ -1,5 +1,6 @@
 """The export's checkpoint, ``DIR/_offsets.json``: per partition the next offset to export, and
-the renames and deletes a committed run still owes (``pending``).
+the renames and deletes a committed run still owes (``pending``), and the format its files are in
+(``exportFormat``; a checkpoint written before there were formats has none, and exported Avro).
 
 Saving it is a run's commit point; :meth:`Manifest.roll_forward` then does what it owes, and
 the next run does it again (idempotently) when a crash came in between."""
@@ -18,6 +19,8 @@ from projectors.export.errors import ExportManifestError
 
 MANIFEST = "_offsets.json"
 MANIFEST_FORMAT = 1
+# What a checkpoint without ``exportFormat`` (written before there were formats) exported.
+LEGACY_FORMAT = "avro"
 
 
 @dataclass
@@ -26,11 +29,13 @@ class Manifest:
     offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset to export
     renames: list[tuple[str, str]] = field(default_factory=list)  # owed: (temporary, final)
     deletes: list[str] = field(default_factory=list)  # owed: files a full re-export replaced
+    export_format: str = LEGACY_FORMAT
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": MANIFEST_FORMAT,
             "topic": self.topic,
+            "exportFormat": self.export_format,
             "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
             "pending": {"renames": [list(r) for r in self.renames], "deletes": self.deletes},
             "updatedAt": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -57,6 +62,7 @@ class Manifest:
                 {int(p): int(o) for p, o in value["offsets"].items()},
                 [(str(a), str(b)) for a, b in pending.get("renames", [])],
                 [str(d) for d in pending.get("deletes", [])],
+                str(value.get("exportFormat", LEGACY_FORMAT)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ExportManifestError(

@@ -7,7 +7,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from projectors.export.errors import ExportManifestError
 from projectors.export.files import part_files
+from projectors.export.manifest import Manifest
 from schemas import SESSION_EVENT, EventRecord, default_store
 
 
@@ -24,8 +26,16 @@ def read_export(directory: str | Path) -> Iterator[EventRecord]:
     and the schema embedded in each file, as an analytics engine would."""
     import fastavro
 
+    root = Path(directory)
+    manifest = Manifest.load(root)
+    if manifest is not None and manifest.export_format != "avro":
+        raise ExportManifestError(
+            f"{root} holds a --format {manifest.export_format} export: read it with an "
+            "analytics engine (docs/operations.md#export)",
+            code="MANIFEST_FORMAT",
+        )
     to_json = _json_of_datum()
-    for path in part_files(Path(directory)):
+    for path in part_files(root):
         with open(path, "rb") as fh:
             for datum in fastavro.reader(fh, return_record_name=True):
                 wire = dict(to_json(datum))

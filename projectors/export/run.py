@@ -2,17 +2,14 @@
 from its checkpoint to the end as of the start of the run, write the files under temporary names,
 commit the checkpoint with the renames it owes, rename.
 
-Records are copied as they are on the topic: a single-object record written with the schema
-embedded in the files is its Avro body after the 10-byte header, byte for byte. A record
-written with another (older) version of the schema is decoded and re-encoded with the current
-one. Every record is decoded once anyway, for its date and so an undecodable record stops
+The run is the same for every format; what goes into a file is its format's sink
+(:mod:`.formats`). Every record is decoded once, for its date and so an undecodable record stops
 the export (naming its partition and offset) instead of reaching the files.
 """
 
 from __future__ import annotations
 
 import fcntl
-import io
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,14 +23,19 @@ from dsh.formats.jsonl import fsync_directory
 from projectors.export.errors import (
     ExportBusyError,
     ExportDirectoryError,
-    ExportError,
     ExportManifestError,
     ExportRecordError,
 )
-from projectors.export.files import PartFile, date_of_day, part_files, remove_temporaries
+from projectors.export.files import (
+    Exported,
+    PartFile,
+    date_of_day,
+    part_files,
+    remove_temporaries,
+)
+from projectors.export.formats import AVRO_CODECS, ExportFormat, resolve
 from projectors.export.manifest import MANIFEST, Manifest
-from schemas import SESSION_EVENT, decode_event, default_store
-from schemas.codec import HEADER_SIZE
+from schemas import HEADER_INHERITED, decode_event
 from schemas.records import default_codec
 from servicekit import kafka_clients
 from servicekit.partition_reader import PartitionReadError, read_partitions
@@ -42,7 +44,7 @@ from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
 
 LOCK = "_lock"
-CODECS = ("deflate", "null", "snappy")
+CODECS = AVRO_CODECS
 # A new file is started past this size (it keeps files easy to move and split).
 FILE_MAX_BYTES = 256 * 1024 * 1024
 _DAY_MS = 86_400_000
@@ -52,6 +54,7 @@ _DAY_MS = 86_400_000
 class ExportResult:
     directory: str
     topic: str
+    format: str = "avro"
     records: int = 0
     files: list[str] = field(default_factory=list)  # relative to the directory
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition: [from, to)
@@ -63,6 +66,7 @@ class ExportResult:
         return {
             "directory": self.directory,
             "topic": self.topic,
+            "format": self.format,
             "records": self.records,
             "files": self.files,
             "ranges": {str(p): list(r) for p, r in sorted(self.ranges.items())},
@@ -76,14 +80,19 @@ class ExportResult:
 # -- Kafka --------------------------------------------------------------------------------
 
 
+_INHERITED = (HEADER_INHERITED, b"1")
+
+
 def _read(
     consumer: Consumer, topic: str, ranges: dict[int, tuple[int, int]], timeout_s: float
-) -> Iterator[tuple[int, int, bytes]]:
-    """(partition, offset, value) of every committed record in ``ranges`` ([start, end) per
-    partition), partitions interleaved, each in offset order."""
+) -> Iterator[tuple[int, int, bytes, bool]]:
+    """(partition, offset, value, inherited) of every committed record in ``ranges`` ([start,
+    end) per partition), partitions interleaved, each in offset order."""
     try:
         for m in read_partitions(consumer, topic, dict(ranges), timeout_s):
-            yield m.partition() or 0, m.offset() or 0, m.value() or b""
+            headers = m.headers()
+            inherited = headers is not None and _INHERITED in headers
+            yield m.partition() or 0, m.offset() or 0, m.value() or b"", inherited
     except PartitionReadError as exc:
         raise PartitionReadError(
             f"{exc.message}; nothing of this run was committed, re-run to retry", code=exc.code
@@ -91,23 +100,6 @@ def _read(
 
 
 # -- the run ------------------------------------------------------------------------------
-
-
-def _check_codec(codec: str) -> None:
-    """Fail before reading anything when fastavro cannot write ``codec`` here."""
-    if codec not in CODECS:
-        raise ExportError(f"codec {codec!r}: choose one of {', '.join(CODECS)}", code="CODEC")
-    import fastavro
-
-    try:
-        # A codec's library is only looked up when a block is compressed: write one.
-        probe = {"type": "record", "name": "probe", "fields": []}
-        fastavro.writer(io.BytesIO(), probe, [{}], codec=codec)
-    except ValueError as exc:  # snappy without cramjam installed
-        raise ExportError(
-            f"codec {codec} is not available: {exc}; use --codec deflate",
-            code="CODEC_UNAVAILABLE",
-        ) from None
 
 
 def _locked(root: Path) -> BinaryIO:
@@ -128,15 +120,18 @@ def export(
     *,
     kafka: KafkaSettings | None = None,
     from_beginning: bool = False,
-    codec: str = "deflate",
+    format: str = "avro",
+    codec: str | None = None,
     connect_timeout: float = 10.0,
     timeout: float = 60.0,
     progress: Progress | None = None,
 ) -> ExportResult:
     """Export what the events topic holds beyond ``directory``'s checkpoint (everything with
-    ``from_beginning``, which replaces the directory's files). ``connect_timeout`` bounds the
-    first contact with the broker, ``timeout`` a read that makes no progress."""
-    _check_codec(codec)
+    ``from_beginning``, which replaces the directory's files), in ``format`` (one of
+    :data:`~projectors.export.formats.FORMATS`) compressed with ``codec`` (default: the
+    format's first). ``connect_timeout`` bounds the first contact with the broker, ``timeout``
+    a read that makes no progress."""
+    fmt, codec = resolve(format, codec)
     started = time.perf_counter()
     kafka = kafka or KafkaSettings()
     topic = kafka.topic("events")
@@ -156,9 +151,15 @@ def export(
                     "export into another directory",
                     code="MANIFEST_TOPIC",
                 )
+            if manifest.export_format != fmt.name:
+                raise ExportManifestError(
+                    f"{root} holds a --format {manifest.export_format} export, not "
+                    f"{fmt.name}; export into another directory",
+                    code="MANIFEST_FORMAT",
+                )
             manifest.roll_forward(root)
         remove_temporaries(root)
-        result = ExportResult(str(root), topic)
+        result = ExportResult(str(root), topic, fmt.name)
         count = partition_counts(kafka, [topic], connect_timeout, quiet=True)[topic]
         consumer = kafka_clients.reader(kafka, topics=(topic,))
         try:
@@ -169,6 +170,7 @@ def export(
                 count,
                 manifest,
                 from_beginning,
+                fmt,
                 codec,
                 timeout,
                 result,
@@ -187,6 +189,7 @@ def _run(
     count: int,
     manifest: Manifest | None,
     from_beginning: bool,
+    fmt: ExportFormat,
     codec: str,
     timeout: float,
     result: ExportResult,
@@ -215,31 +218,13 @@ def _run(
     open_files: dict[int, PartFile] = {}
     done: list[PartFile] = []
     codec_ = default_codec()
-    current = default_store().current(SESSION_EVENT).header
     committed_run = False
     try:
-        for p, offset, value in _read(consumer, topic, ranges, timeout):
+        for p, offset, value, inherited in _read(consumer, topic, ranges, timeout):
             try:
                 record = decode_event(value, codec=codec_)
-                body = (
-                    value[HEADER_SIZE:]
-                    if value[:HEADER_SIZE] == current
-                    else codec_.encode(
-                        SESSION_EVENT,
-                        {
-                            **record.event,
-                            "sessionId": record.session_id,
-                            "formatVersion": record.format_version,
-                        },
-                    )[HEADER_SIZE:]
-                )
             except SessionError as exc:
-                raise ExportRecordError(
-                    f"{topic}[{p}] offset {offset}: {type(exc).__name__} [{exc.code}]: "
-                    f"{exc.message}; nothing of this run was committed (a newer schema needs a "
-                    "newer dsh; a corrupt record needs an operator)",
-                    code="RECORD_UNDECODABLE",
-                ) from exc
+                raise _undecodable(topic, p, offset, exc) from exc
             date = date_of_day(int(record.event["time"]) // _DAY_MS)
             part = open_files.get(p)
             if part is not None and (part.date != date or part.size() >= FILE_MAX_BYTES):
@@ -249,8 +234,11 @@ def _run(
                 done.append(part)
                 part = None
             if part is None:
-                part = open_files[p] = PartFile(root, date, p, offset, codec)
-            part.add(offset, body)
+                part = open_files[p] = PartFile(root, date, p, offset, fmt.ext, fmt.sink, codec)
+            try:
+                part.add(Exported(p, offset, value, record, inherited))
+            except SessionError as exc:  # a record of an older schema that does not re-encode
+                raise _undecodable(topic, p, offset, exc) from exc
             result.records += 1
             if progress is not None and result.records % 10_000 == 0:
                 progress(result.records, total)
@@ -264,7 +252,8 @@ def _run(
             topic,
             {p: end for p, (_, end) in ranges.items()},
             [(str(part.tmp.relative_to(root)), part.final_name) for part in done],
-            [str(f.relative_to(root)) for f in part_files(root)] if from_beginning else [],
+            [str(f.relative_to(root)) for f in part_files(root, fmt.ext)] if from_beginning else [],
+            fmt.name,
         )
         if manifest is None or new.offsets != manifest.offsets or new.renames or new.deletes:
             new.save(root)  # the commit point
@@ -279,3 +268,12 @@ def _run(
         progress(result.records, result.records)  # the estimate counted transaction markers
     result.files = sorted(part.final_name for part in done)
     result.ranges = {p: r for p, r in ranges.items() if r[0] < r[1]}
+
+
+def _undecodable(topic: str, p: int, offset: int, exc: SessionError) -> ExportRecordError:
+    return ExportRecordError(
+        f"{topic}[{p}] offset {offset}: {type(exc).__name__} [{exc.code}]: {exc.message}; "
+        "nothing of this run was committed (a newer schema needs a newer dsh; a corrupt record "
+        "needs an operator)",
+        code="RECORD_UNDECODABLE",
+    )
