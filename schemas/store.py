@@ -36,6 +36,12 @@ SCHEMA_FILES: tuple[str, ...] = (
     "writer_snapshot.avsc",
 )
 
+# Earlier versions of the file set, oldest first, each a directory of the files above as they
+# shipped: never edited. Records on the topics written with them keep decoding (into the
+# current version, by Avro resolution) for as long as the topics keep them.
+HISTORY_DIR = SCHEMA_DIR / "history"
+HISTORY: tuple[str, ...] = ("v1",)
+
 SINGLE_OBJECT_MARKER = b"\xc3\x01"
 
 SESSION_EVENT = "dsh.v1.SessionEvent"
@@ -157,7 +163,8 @@ class SchemaStore:
 
     def add_file(self, path: Path | str, *, reader: bool = True) -> MessageSchema | None:
         p = Path(path)
-        return self.add(json.loads(p.read_text(encoding="utf-8")), source=p.name, reader=reader)
+        source = str(p.relative_to(SCHEMA_DIR)) if p.is_relative_to(SCHEMA_DIR) else p.name
+        return self.add(json.loads(p.read_text(encoding="utf-8")), source=source, reader=reader)
 
     def add(
         self, schema: Schema, *, source: str = "<memory>", reader: bool = True
@@ -208,5 +215,12 @@ class SchemaStore:
 
 @cache
 def default_store() -> SchemaStore:
-    """The store built from the packaged ``.avsc`` files (built once per process)."""
-    return SchemaStore.from_files(SCHEMA_DIR / name for name in SCHEMA_FILES)
+    """The store built from the packaged ``.avsc`` files (built once per process): the earlier
+    versions as writer schemas only, then the current one, which records are read into."""
+    store = SchemaStore()
+    for version in HISTORY:
+        for name in SCHEMA_FILES:
+            store.add_file(HISTORY_DIR / version / name, reader=False)
+    for name in SCHEMA_FILES:
+        store.add_file(SCHEMA_DIR / name)
+    return store

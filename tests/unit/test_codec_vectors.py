@@ -274,6 +274,28 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
                 ignorable=True,
             ),
         ),
+        (
+            "assistant/attempt failed, tool call streamed",
+            _ev(
+                21,
+                "assistant/attempt",
+                {
+                    "turn": 2,
+                    "step": 1,
+                    "stream": [
+                        {"t": 0, "kind": "tool-call", "id": "call-3", "name": "ls"},
+                        {"t": 9, "kind": "tool-call", "id": "call-3", "argumentsDelta": '{"pa'},
+                    ],
+                    "error": {"code": "PROVIDER_OVERLOADED", "retryInMs": 250},
+                },
+            ),
+        ),
+        (
+            "compaction/start",
+            _ev(22, "compaction/start", {"reason": "context window", "turns": [1, 10]}),
+        ),
+        ("compaction/end", _ev(23, "compaction/end", {"summary": 13, "replaced": 38})),
+        ("image/offload", _ev(24, "image/offload", {"seqs": [15], "ref": "blob://img/1"})),
     ]
     out = [(f"event: {name}", SESSION_EVENT, value) for name, value in events]
     out.append(

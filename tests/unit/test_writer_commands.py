@@ -21,14 +21,19 @@ from schemas import (
     HEADER_INVARIANTS,
     HEADER_READ_FROM,
     HEADER_READ_NEXT,
+    SESSION_EVENT,
     AppendCommand,
+    Codec,
+    SchemaStore,
     decode_event,
     decode_reply,
     decode_snapshot,
+    default_store,
     draft,
     encode_command,
     header,
 )
+from schemas.store import HISTORY_DIR, SCHEMA_FILES
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.topics import Topics
@@ -433,3 +438,18 @@ def test_a_read_of_a_bare_session_says_its_mode() -> None:
     handle(h, state, Record(command("r1", [_OUTSIDE_A_TURN]), SID.encode(), _headers=_mode(b"off")))
     (put,) = handle(h, state, _read("read", "0")).on(TOPICS.replies)
     assert isinstance(put.kind, list) and header(put.kind, HEADER_INVARIANTS) == "off"
+
+
+def test_a_command_in_an_earlier_schema_version_is_applied_and_published_in_the_current_one() -> (
+    None
+):
+    """A client not yet upgraded still appends: its command decodes through the shipped
+    history, and the events go out in the current version, typed where it types them."""
+    old = Codec(SchemaStore.from_files(HISTORY_DIR / "v1" / f for f in SCHEMA_FILES))
+    drafts = [draft("compaction/start", {"reason": "context window", "turns": [1, 2]})]
+    value = encode_command(AppendCommand("r1", "client-1", SID, tuple(drafts), None), codec=old)
+    out = handle(handler(), PartitionState(HOME), Record(value, SID.encode()))
+    (event,) = out.on(TOPICS.events)
+    current = default_store().current(SESSION_EVENT).fingerprint
+    assert (event.value or b"")[2:10] == current != value[2:10]
+    assert decode_event(event.value or b"").event["data"] == drafts[0]["data"]
