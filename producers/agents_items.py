@@ -33,6 +33,7 @@ from typing import Any
 
 import dsh
 from dsh.errors import ValidationError, register_error
+from producers.agents_position import Position
 
 PLUGIN = "openai-agents"
 META_KEY = "meta"  # where a surface event keeps the SDK item it came from: meta[PLUGIN]["item"]
@@ -50,37 +51,57 @@ class Planner:
     """Turns items into appends (``drafts``): each is validated by the local copy first, which
     gives its seq; the adapter sends them pipelined with that ``expected_seq``."""
 
-    def __init__(self, local: dsh.Session, source: Mapping[str, str]) -> None:
+    def __init__(
+        self, local: dsh.Session, source: Mapping[str, str], position: Position | None = None
+    ) -> None:
+        """``position``: where ``local`` stands (folded up to its end; the planner folds a copy
+        of it on), else folded from the whole log."""
         self.local = local
         self.source = dict(source)
         self.drafts: list[tuple[str, Any, Any, Any, int]] = []
-        turn, step, calls, has_output, has_results = _position(local)
-        self.turn, self.step, self.calls = turn, step, calls
-        self.has_output, self.has_results = has_output, has_results
+        if position is None or position.seen != len(local):
+            position = Position.of(local)
+        else:
+            position = position.copy()
+        self.position = position
+
+    # The position's fields the item mapping reads, by the names it reads them.
+    @property
+    def turn(self) -> int:
+        return self.position.turn
+
+    @property
+    def step(self) -> int:
+        return self.position.step
+
+    @property
+    def calls(self) -> dict[str, int]:
+        return self.position.calls
+
+    @property
+    def has_output(self) -> bool:
+        return self.position.has_output
+
+    @property
+    def has_results(self) -> bool:
+        return self.position.has_results
 
     def append(self, type_: str, data: Any, op: Any = None, sources: Any = None) -> dsh.Event:
         ev = self.local.append(type_, data, surface_op=op, source_event_seqs=sources)
         self.drafts.append((type_, data, op, sources, ev.seq))
-        if type_ == "turn/start":
-            self.turn, self.step, self.has_output = data["turn"], 0, False
-        elif type_ == "turn/end":
-            self.turn, self.step = 0, 0
-        elif type_ == "step/start":
-            self.step, self.calls, self.has_results = data["step"], {}, False
-        elif type_ == "step/end":
-            self.step = 0
+        self.position.fold(ev)
         return ev
 
     # -- turn and step structure ----------------------------------------------------------
 
     def open_turn(self) -> None:
         if not self.turn:
-            self.append("turn/start", {"turn": _last_turn(self.local) + 1})
+            self.append("turn/start", {"turn": self.position.last_turn + 1})
 
     def open_step(self) -> None:
         self.open_turn()
         if not self.step:
-            self.append("step/start", {"turn": self.turn, "step": _last_step(self.local) + 1})
+            self.append("step/start", {"turn": self.turn, "step": self.position.last_step + 1})
 
     def close_turn(self) -> None:
         if self.step:
@@ -92,8 +113,7 @@ class Planner:
         """Model output goes in a step; output after tool results is the next response."""
         if self.step and self.has_results:
             self.append("step/end", {"turn": self.turn, "step": self.step})
-        self.open_step()
-        self.has_output = True
+        self.open_step()  # the assistant/message that follows marks the turn as having output
 
     def system_data(self, message_id: str, content: list[Any], plugin: str = PLUGIN) -> Any:
         message = {
@@ -139,7 +159,7 @@ class Planner:
             call_id, name, arguments = item["call_id"], item["name"], item.get("arguments", "")
             block = {"type": "tool-call", "id": call_id, "name": name, "arguments": arguments}
             self._assistant(item.get("id") or next_id, [block], meta)
-            call = self.append(
+            self.append(
                 "tool/call",
                 {
                     "turn": self.turn,
@@ -149,7 +169,6 @@ class Planner:
                     "arguments": arguments,
                 },
             )
-            self.calls[call_id] = call.seq
         elif kind == "function_call_output":
             call_id = item["call_id"]
             if call_id not in self.calls:
@@ -168,7 +187,6 @@ class Planner:
             }
             data = {"turn": self.turn, "step": self.step, "message": message, META_KEY: meta}
             self.append("tool/result", data, "append", [self.calls[call_id]])
-            self.has_results = True
         elif kind == "reasoning":
             self.model_step()
             summary = [s.get("text", "") for s in item.get("summary") or ()]
@@ -191,49 +209,6 @@ class Planner:
             META_KEY: meta,
         }
         self.append("assistant/message", data, "append")
-
-
-# -- the session's position (what the next item continues) ------------------------------------
-
-
-def _position(s: dsh.Session) -> tuple[int, int, dict[str, int], bool, bool]:
-    """Open turn and step (0: none), the open step's tool calls (call id → tool/call seq),
-    whether the open turn has model output and the open step tool results."""
-    turn = step = 0
-    calls: dict[str, int] = {}
-    has_output = has_results = False
-    for ev in s.events():
-        t = ev.type
-        if t == "turn/start":
-            turn, step, has_output = ev.data["turn"], 0, False
-        elif t == "turn/end":
-            turn = step = 0
-        elif t == "step/start":
-            step, calls, has_results = ev.data["step"], {}, False
-        elif t == "step/end":
-            step = 0
-        elif t == "tool/call":
-            calls[ev.data["callId"]] = ev.seq
-        elif t == "assistant/message":
-            has_output = True
-        elif t == "tool/result" and ev.surface_op == "append":
-            has_results = True
-    return turn, step, calls, has_output, has_results
-
-
-def _last_turn(s: dsh.Session) -> int:
-    return max((int(e.data["turn"]) for e in s.events() if e.type == "turn/start"), default=0)
-
-
-def _last_step(s: dsh.Session) -> int:
-    """The last step number of the last turn (0 before its first step)."""
-    step = 0
-    for e in s.events():
-        if e.type == "turn/start":
-            step = 0
-        elif e.type == "step/start":
-            step = int(e.data["step"])
-    return step
 
 
 def node_items(s: dsh.Session) -> list[tuple[int, list[dict[str, Any]]]]:
@@ -262,6 +237,17 @@ def _items_of(ev: dsh.Event, logged: Any, message: Any) -> list[dict[str, Any]]:
     if isinstance(original, Mapping) and message == logged:
         return [_plain(original)]
     return message_items(message)
+
+
+def logged_items(ev: dsh.Event) -> list[Any]:
+    """The SDK items of surface event ``ev`` while its message is the one logged (no message
+    projection changed it), as :func:`node_items` gives them but shared, not copied: the
+    caller serialises them (``producers.agents_surface``)."""
+    logged = ev.data if ev.type == "user/message" else ev.data.get("message")
+    if ev.type in ("system/message", "assistant/message") and not logged["content"]:
+        return []
+    original = ev.data.get(META_KEY, {}).get(PLUGIN, {}).get("item")
+    return [original] if isinstance(original, Mapping) else message_items(logged)
 
 
 def _plain(value: Any) -> Any:

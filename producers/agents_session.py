@@ -44,13 +44,9 @@ import dsh
 from dsh.errors import ValidationError
 from dsh.projections import Interpreter
 from dsh.restore import restore
-from producers.agents_items import (
-    PLUGIN,
-    Planner,
-    UnsupportedItemError,
-    node_items,
-    surface_items,
-)
+from producers.agents_items import PLUGIN, Planner, UnsupportedItemError
+from producers.agents_position import Position
+from producers.agents_surface import SurfaceItems
 from schemas import draft
 
 if TYPE_CHECKING:
@@ -107,6 +103,10 @@ class DshAgentsSession:
         # What this instance last read or committed: writes are planned on it, and a stale one
         # is refused by expected_seq. None while a plan may have changed it.
         self._known: dsh.Session | None = None
+        # Where _known stands for the next item, and its surface's items: both kept up to date
+        # with it, so a call costs what changed, not the session.
+        self._position = Position()
+        self._items = SurfaceItems()
         # Held by worker threads, never by an event loop: no asyncio primitive is shared
         # across loops.
         self._lock = threading.Lock()
@@ -141,24 +141,25 @@ class DshAgentsSession:
         read costs what changed, not the session; ``reader`` replaces it with whole reads."""
         known, self._known = self._known, None  # kept again once brought up to date
         if self._reader is not None:
-            self._known = self._reader(self.session_id)
-            return self._known
-        if known is None:  # a whole read: in the session's own invariants mode
-            self._known = self.client.read(self.session_id, self.timeout_s, self._interpreters)
-            return self._known
-        # Events this instance planned and saw committed keep its own clock's times; every
-        # other field is as logged (expected_seq committed them exactly there).
-        tail = self.client.read_events(self.session_id, len(known), self.timeout_s)
-        self._known = restore(known, tail, None, mark_end=False)  # registered on the first
-        return self._known
+            fresh = self._reader(self.session_id)
+        elif known is None:  # a whole read: in the session's own invariants mode
+            fresh = self.client.read(self.session_id, self.timeout_s, self._interpreters)
+        else:
+            # Events this instance planned and saw committed keep its own clock's times; every
+            # other field is as logged (expected_seq committed them exactly there).
+            tail = self.client.read_events(self.session_id, len(known), self.timeout_s)
+            fresh = restore(known, tail, None, mark_end=False)  # registered on the first
+        if fresh is not known:
+            self._position = Position()
+        self._position.advance(fresh)
+        self._known = fresh
+        return fresh
 
     def _get_items(self, limit: int | None) -> list[TResponseInputItem]:
         from agents.memory.session_settings import resolve_session_limit
 
-        items = surface_items(self._read())
-        n = resolve_session_limit(limit, self.session_settings)
-        if n is not None:
-            items = items[-n:] if n > 0 else []
+        s = self._read()
+        items = self._items.last(s, resolve_session_limit(limit, self.session_settings))
         return cast("list[TResponseInputItem]", items)
 
     def _add_items(self, items: list[TResponseInputItem]) -> None:
@@ -173,11 +174,11 @@ class DshAgentsSession:
 
         def plan(p: Planner) -> None:
             popped.clear()
-            found = next(((seq, it) for seq, it in reversed(node_items(p.local)) if it), None)
+            found = self._items.last_node(p.local)
             if found is None:
                 return
-            seq, items = found
-            popped.append(items[-1])
+            seq, item = found
+            popped.append(item)
             p.open_step()
             data = p.system_data(f"pop-{len(p.local)}", [])
             p.append("system/message", data, dsh.Replace(seq, seq), [seq])
@@ -215,7 +216,7 @@ class DshAgentsSession:
             local = self._known if attempt == 1 and self._known is not None else self._read()
             self._known = None  # the plan changes it: kept again only if it commits
             start = len(local)
-            planner = Planner(local, self.source)
+            planner = Planner(local, self.source, self._position)
             plan(planner)  # raises before anything is sent: the batch is all-or-nothing
             if not planner.drafts:
                 self._known = local
@@ -229,6 +230,7 @@ class DshAgentsSession:
                     self.session_id, drafts, expected_seq=start, timeout=self.timeout_s
                 )
                 self._known = local  # as committed, but for the times the writer gave
+                self._position = planner.position
                 return
             except ValidationError as exc:
                 if exc.code != "EXPECTED_SEQ_MISMATCH" or attempt == ATTEMPTS:
