@@ -8,6 +8,9 @@ the first tenth's shows whether the cost grows with the session. The raw ceiling
 round trips is measured too: a one-record Kafka transaction with consumed offsets (the writer
 answers a read and commits an append inside one); a turn is two such round trips.
 
+Then the length sweep (``bench.agents_sweep``): each call's cost at 0, 1,000, 5,000 and
+10,000 messages, beside the SDK's ``RedisSession`` and ``SQLiteSession`` in the same run.
+
 Run against a stack you started (`dsh up`):
     .venv/bin/python -m bench.agents_bench --bootstrap 127.0.0.1:19092 --redis redis://127.0.0.1:16379/0
 """
@@ -17,28 +20,19 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from bench.agents_sweep import growth, print_sweep, sweep, turn_items
 from bench.figures import p50_p99_ms
 from bench.raw_kafka import raw_ceiling
 from bench.stack import begin, bench_parser, run_id, start_writer, stop
 from producers import SessionClient
 
-
-def turn_items(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A user input and an assistant output message, as the SDK adds them (about 1 KiB)."""
-    text = f"turn {n}: " + "words of a plausible length " * 36
-    user = {"role": "user", "content": text}
-    assistant = {
-        "id": f"msg_{n}",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
-    return user, assistant
+_T = TypeVar("_T")
 
 
 async def turns(session: Any, count: int) -> list[float]:
@@ -68,11 +62,17 @@ def figures(samples: list[float]) -> dict[str, float]:
 def main() -> int:
     parser = bench_parser(__doc__)
     parser.add_argument("--redis", default="redis://127.0.0.1:16379/0")
-    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--turns", type=int, default=300, help="0: no turns section")
+    parser.add_argument(
+        "--lengths", default="0,1000,5000,10000", help="the sweep's session lengths; '': none"
+    )
+    parser.add_argument("--calls", type=int, default=30, help="timed rounds per sweep length")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",") if x]
 
     from agents.extensions.memory.redis_session import RedisSession
+    from agents.memory.sqlite_session import SQLiteSession
     from redis.asyncio import Redis
 
     from producers.agents_session import DshAgentsSession
@@ -81,27 +81,45 @@ def main() -> int:
     log = Path(f"/tmp/agents-bench-{run_id()[:6]}.log")
     writer = start_writer(kafka, f"agents-bench-{run_id()}", log=log)
     rows: dict[str, dict[str, float]] = {}
+    sweeps: dict[str, dict[int, dict[str, float]]] = {}
+    ours_name, redis_name = "DshAgentsSession", "RedisSession (the SDK's own)"
+
+    async def on_redis(run: Callable[[Any], Awaitable[_T]]) -> _T:
+        redis = Redis.from_url(args.redis)
+        try:
+            theirs = RedisSession(
+                f"bench-{run_id()}", redis_client=redis, key_prefix=f"bench-{run_id()}"
+            )
+            try:
+                return await run(theirs)
+            finally:
+                await theirs.clear_session()
+        finally:
+            await redis.aclose()
+
     try:
         with SessionClient(settings=kafka, timeout=60) as client:
             ours = DshAgentsSession(f"agents-bench-{run_id()}", client)
             asyncio.run(turns(ours, 5))  # the writer's first partition writes are slow
-            rows["DshAgentsSession"] = figures(
-                asyncio.run(turns(DshAgentsSession(f"agents-{run_id()}", client), args.turns))
-            )
-
-        async def redis_turns() -> list[float]:
-            redis = Redis.from_url(args.redis)
-            try:
-                theirs = RedisSession(
-                    f"bench-{run_id()}", redis_client=redis, key_prefix=f"bench-{run_id()}"
+            if args.turns:
+                rows[ours_name] = figures(
+                    asyncio.run(turns(DshAgentsSession(f"agents-{run_id()}", client), args.turns))
                 )
-                samples = await turns(theirs, args.turns)
-                await theirs.clear_session()
-                return samples
-            finally:
-                await redis.aclose()
-
-        rows["RedisSession (the SDK's own)"] = figures(asyncio.run(redis_turns()))
+            if lengths:
+                fresh = DshAgentsSession(f"agents-sweep-{run_id()}", client)
+                sweeps[ours_name] = asyncio.run(sweep(fresh, lengths, args.calls))
+        if args.turns:
+            rows[redis_name] = figures(asyncio.run(on_redis(lambda s: turns(s, args.turns))))
+        if lengths:
+            sweeps[redis_name] = asyncio.run(on_redis(lambda s: sweep(s, lengths, args.calls)))
+            with tempfile.TemporaryDirectory() as tmp:
+                sqlite = SQLiteSession(f"bench-{run_id()}", Path(tmp) / "bench.db")
+                try:
+                    sweeps["SQLiteSession (the SDK's own, a file)"] = asyncio.run(
+                        sweep(sqlite, lengths, args.calls)
+                    )
+                finally:
+                    sqlite.close()
         ceiling = raw_ceiling(kafka, 2.0, 200.0)
         rows["raw: one-record transaction + offsets"] = {
             "p50_ms": round(ceiling["offsets_p50_ms"], 1),
@@ -110,24 +128,31 @@ def main() -> int:
     finally:
         stop(writer)
         log.unlink(missing_ok=True)
-    ratio = round(
-        rows["DshAgentsSession"]["p50_ms"]
-        / rows["raw: one-record transaction + offsets"]["p50_ms"],
-        2,
-    )
-    result = {"turns": args.turns, "rows": rows, "turn_over_raw_round_trip_p50": ratio}
+    raw = rows["raw: one-record transaction + offsets"]["p50_ms"]
+    ratio = round(rows[ours_name]["p50_ms"] / raw, 2) if ours_name in rows else None
+    result = {
+        "turns": args.turns,
+        "rows": rows,
+        "turn_over_raw_round_trip_p50": ratio,
+        "sweep_ms": sweeps,
+        "sweep_growth": {name: growth(row) for name, row in sweeps.items()},
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{args.turns} turns of get_items + add_items (2 items, ~1 KiB each) on one session")
+    if args.turns:
+        print(f"{args.turns} turns of get_items + add_items (2 items, ~1 KiB each) on one session")
     for name, r in rows.items():
-        growth = (
+        grows = (
             f"   first tenth {r['first_tenth_p50_ms']:6.1f} -> last {r['last_tenth_p50_ms']:6.1f}"
             if "first_tenth_p50_ms" in r
             else ""
         )
-        print(f"  {name:40s} p50 {r['p50_ms']:7.1f} ms   p99 {r['p99_ms']:7.1f} ms{growth}")
-    print(f"  a DshAgentsSession turn / one raw round trip (p50): {ratio}")
+        print(f"  {name:40s} p50 {r['p50_ms']:7.1f} ms   p99 {r['p99_ms']:7.1f} ms{grows}")
+    if ratio is not None:
+        print(f"  a DshAgentsSession turn / one raw round trip (p50): {ratio}")
+    if sweeps:
+        print_sweep(sweeps)
     return 0
 
 
