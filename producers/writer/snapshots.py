@@ -65,11 +65,11 @@ class Snapshots:
     def _snapshot(self, state: PartitionState, session_id: str, outbox: Outbox) -> int | None:
         """Produce the session's snapshot; its size, or None when it is too large to keep."""
         session_state = state.sessions[session_id]
-        value = session_state.snapshot()
-        if len(value) > self.max_snapshot_bytes:
+        value = b"" if session_state.oversized else session_state.snapshot()
+        if session_state.oversized or len(value) > self.max_snapshot_bytes:
             # Snapshots only speed restores up; the events topic alone restores correctly.
-            # Try again N events later, not on every append: encoding the whole session each
-            # time would make appends cost the session's length.
+            # Not built again: a session's snapshot never shrinks (SessionState.oversized).
+            session_state.oversized = True
             session_state.events_since_snapshot = 0
             metrics.SNAPSHOTS.labels("skipped").inc()
             return None

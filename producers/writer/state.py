@@ -96,6 +96,10 @@ class SessionState:
     requests_blob: bytearray = field(default_factory=bytearray)
     encoded_requests: int = 0
     prefix: bytes | None = None  # schemas.frames.event_prefix of the session, once needed
+    # A snapshot holds every event and answered request, so it only grows: once over the
+    # limit, it stays over it, and building it again (the whole session's bytes, every
+    # snapshot_every events) would only be thrown away.
+    oversized: bool = False
 
     def event_values(self, start: int, stop: int) -> list[bytes]:
         """Topic values of events ``start`` ..< ``stop``, encoding (and keeping) any not known."""
