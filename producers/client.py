@@ -36,6 +36,7 @@ from schemas import (
     HEADER_READ_FROM,
     HEADER_REQUEST,
     AppendCommand,
+    EventRecord,
     UnencodableError,
     draft,
     encode_command,
@@ -282,6 +283,54 @@ class SessionClient:
         except SessionError as exc:
             future.set_exception(_as_the_core_would(exc, drafts))
             return future
+        return self._send(
+            future,
+            session_id,
+            value,
+            rid,
+            timeout,
+            shape,
+            read_from=read_from,
+            invariants=invariants,
+        )
+
+    def append_encoded_async(
+        self,
+        session_id: str,
+        value: bytes,
+        request_id: str,
+        *,
+        timeout: float | None = None,
+        invariants: bool | None = None,
+    ) -> Future[list[EventRecord]]:
+        """Send an append command encoded beforehand (``schemas.encode_command`` with this
+        client's ``client_id`` and ``request_id``), answered as :meth:`append_many_async` is
+        but with the committed events as the reply decoded them (``schemas.EventRecord``), not
+        copied into ``dsh.Event``s: for a caller that checks or keeps the encoded commands
+        itself and only looks at the seqs it got (``dsh import``)."""
+        future: Future[Any] = Future()
+        if self._closed.is_set():
+            future.set_exception(WriterUnavailableError("the client is closed"))
+            return future
+        refused = self._inflight.refused
+        if refused is not None:
+            future.set_exception(refused)
+            return future
+        return self._send(
+            future, session_id, value, request_id, timeout, "records", None, invariants
+        )
+
+    def _send(
+        self,
+        future: Future[Any],
+        session_id: str,
+        value: bytes,
+        rid: str,
+        timeout: float | None,
+        shape: Shape,
+        read_from: int | None = None,
+        invariants: bool | None = None,
+    ) -> Future[Any]:
         if len(value) > MAX_RECORD_BYTES:
             future.set_exception(
                 PayloadTooLargeError(

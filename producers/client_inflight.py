@@ -31,9 +31,9 @@ from servicekit.settings import KafkaSettings
 log = logging.getLogger("dsh.client")
 
 
-# What a request's future resolves with: the event ("one"), the events ("many"), or for a
-# read, a ReadPart.
-Shape = Literal["one", "many", "read"]
+# What a request's future resolves with: the event ("one"), the events ("many"), the events
+# as decoded records ("records"), or for a read, a ReadPart.
+Shape = Literal["one", "many", "read", "records"]
 
 
 class ReadPart(NamedTuple):
@@ -185,6 +185,13 @@ class InFlight:
             if pending.shape != "read":
                 metrics.round_trip("rejected").observe(elapsed)
             pending.future.set_exception(error)
+            return
+        if pending.shape == "records":
+            records = reply.events or ()
+            metrics.round_trip("committed").observe(elapsed)
+            if records and records[-1].event["seq"] > self.committed.get(pending.session_id, -1):
+                self.committed[pending.session_id] = records[-1].event["seq"]
+            pending.future.set_result(list(records))
             return
         events = [r.to_event() for r in reply.events or ()]
         if pending.shape == "read":
