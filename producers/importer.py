@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -35,17 +35,27 @@ from dsh.errors import (
     ValidationError,
     register_error,
 )
-from dsh.formats import SessionHeader, read_jsonl
+from dsh.formats import SessionHeader
+from dsh.formats.jsonl import INVALID_EVENT, read_entries
 from dsh.projections import Interpreter
 from dsh.restore import restore
+from producers.import_plan import (
+    Batch,
+    Plan,
+    batches,
+    check_sizes,
+    draft_of,
+    drafts_of,
+    encode_batch,
+    gc_paused,
+    heap_frozen,
+    request_id,
+)
+from schemas import EventRecord
 from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
 
-# Well under the writer's default command limit (512 KiB of Avro; JSON is larger than Avro
-# for the same events, so this is conservative) and the broker's 1 MB record limit.
-BATCH_MAX_JSON_BYTES = 128 * 1024
-BATCH_MAX_EVENTS = 256
 # Batches in flight: enough to keep the writer's batches full, few enough that a rejection
 # wastes little (the batches behind a rejected one fail their expected_seq and commit nothing).
 WINDOW = 16
@@ -53,9 +63,6 @@ WINDOW = 16
 # expected-seq conflicts that made no progress, before giving up.
 MAX_STALLED_ROUNDS = 3
 WRITER_HINT = "start one with `dsh writer`"
-
-# Envelope keys an append carries; seq and time are the writer's to assign.
-_DRAFT_KEYS = ("type", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
 
 
 @register_error
@@ -146,18 +153,12 @@ class Mode:
         return cls(True, "the default; the file's header does not say")
 
 
-@dataclass(frozen=True)
-class _Batch:
-    first: int
-    drafts: tuple[dict[str, Any], ...]
-
-    @property
-    def last(self) -> int:
-        return self.first + len(self.drafts) - 1
-
-
-def read_session_file(path: str | Path) -> tuple[SessionHeader, tuple[dsh.Event, ...], str]:
-    """Header, v3 events and the SHA-256 of the file's bytes; typed errors name the file."""
+def read_session_file(
+    path: str | Path,
+) -> tuple[SessionHeader, tuple[dsh.Event, ...], list[dict[str, Any]], str]:
+    """Header, v3 events, each event's draft and the SHA-256 of the file's bytes; typed
+    errors name the file. As ``dsh.formats.read_jsonl`` reads it, keeping the parsed values
+    the events are frozen copies of as the drafts."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -165,12 +166,24 @@ def read_session_file(path: str | Path) -> tuple[SessionHeader, tuple[dsh.Event,
         raise ImportFileError(f"{p}: no such file", code="FILE_NOT_FOUND") from None
     except OSError as exc:
         raise ImportFileError(f"{p}: cannot read: {exc.strerror}", code="FILE_UNREADABLE") from None
-    try:
-        # The bytes already read, not the path again: the hash names exactly what is imported.
-        header, events = read_jsonl(raw.splitlines(keepends=True))
-    except FormatError as exc:
-        raise FormatError(f"{p}: {exc.message}", code=exc.code) from exc
-    return header, events, hashlib.sha256(raw).hexdigest()
+    with gc_paused():
+        try:
+            # The bytes already read, not the path again: the hash names exactly what is
+            # imported.
+            header, entries = read_entries(raw.splitlines(keepends=True))
+            events: list[dsh.Event] = []
+            drafts: list[dict[str, Any]] = []
+            for entry in entries:
+                try:
+                    ev = dsh.Event.from_json(entry.event)
+                except ValidationError as exc:
+                    where = entry.where(dsh.SESSION_FORMAT_VERSION)
+                    raise FormatError(f"{where}: {exc.message}", code=INVALID_EVENT) from exc
+                events.append(ev)
+                drafts.append(draft_of(ev, entry.event["data"]))
+        except FormatError as exc:
+            raise FormatError(f"{p}: {exc.message}", code=exc.code) from exc
+    return header, tuple(events), drafts, hashlib.sha256(raw).hexdigest()
 
 
 def validate_locally(
@@ -203,52 +216,10 @@ def validate_locally(
         ) from exc
 
 
-def check_sizes(
-    session_id: str, events: Sequence[dsh.Event], max_event_bytes: int, origin: str
-) -> None:
-    """The writer's event-size limit, checked before anything is published: the writer would
-    refuse the event only after committing the ones before it."""
-    from producers.errors import PayloadTooLargeError
-    from schemas import encode_event
-
-    for event in events:
-        size = len(encode_event(event.to_json(), session_id))
-        if size > max_event_bytes:
-            raise PayloadTooLargeError(
-                f"{origin}: seq {event.seq} ({event.type}) is {size:,} bytes as an event, over "
-                f"the writer's limit of {max_event_bytes:,} (DSH_WRITER_MAX_EVENT_BYTES); "
-                "nothing was published",
-                code="EVENT_TOO_LARGE",
-            )
-
-
 def _wire(event: dsh.Event) -> dict[str, Any]:
     w = event.to_json()
     w.pop("time", None)
     return w
-
-
-def _draft(event: dsh.Event) -> dict[str, Any]:
-    w = event.to_json()
-    return {k: w[k] for k in _DRAFT_KEYS if k in w}
-
-
-def _batches(events: Sequence[dsh.Event], start: int) -> list[_Batch]:
-    out: list[_Batch] = []
-    drafts: list[dict[str, Any]] = []
-    size = 0
-    first = start
-    for seq in range(start, len(events)):
-        d = _draft(events[seq])
-        n = len(json.dumps(d, separators=(",", ":")))
-        if drafts and (len(drafts) >= BATCH_MAX_EVENTS or size + n > BATCH_MAX_JSON_BYTES):
-            out.append(_Batch(first, tuple(drafts)))
-            drafts, size, first = [], 0, seq
-        drafts.append(d)
-        size += n
-    if drafts:
-        out.append(_Batch(first, tuple(drafts)))
-    return out
 
 
 def committed_prefix(
@@ -281,16 +252,19 @@ def import_events(
     progress: Progress | None = None,
     writer_hint: str = WRITER_HINT,
     mode: Mode | None = None,
+    drafts: Sequence[dict[str, Any]] | None = None,
+    plan: Plan | None = None,
 ) -> tuple[int, int]:
     """Append ``events`` (validated v3) to ``session_id`` through ``client`` (a SessionClient);
     returns (events already present, events published by this call). ``writer_hint`` says how
     to start a writer when none answers (the CLI knows whether the local stack runs it);
-    ``mode``: the invariants mode the session is created with (default: on)."""
+    ``mode``: the invariants mode the session is created with (default: on). ``drafts``: the
+    events as appends (default: made from them); ``plan``: the commands of an import from seq
+    0, encoded beforehand (used when nothing is committed yet)."""
     from producers.errors import AppendTimeoutError, ConflictError, InvariantsModeError
 
     mode = mode or Mode(True, "the default")
-    # From the log itself: the importer must know what committed when no writer answers.
-    existing = client.read_log(session_id)
+    existing = _committed(client, session_id)
     present = committed_prefix(existing.events(), events, session_id, origin)
     if present and existing.invariants != mode.invariants:
         raise InvariantsModeError(
@@ -299,6 +273,8 @@ def import_events(
             f"{'on' if mode.invariants else 'off'} ({mode.chosen_by}); a session's mode is "
             "fixed when it is created: import under a new id with --session-id NEW"
         )
+    if drafts is None:
+        drafts = drafts_of(events)
     done = present
     published = 0
     stalled = 0
@@ -306,23 +282,26 @@ def import_events(
     if progress is not None:
         progress(done, len(events))
     while done < len(events):
-        in_flight: list[tuple[_Batch, Future[list[dsh.Event]]]] = []
+        in_flight: list[tuple[Batch, Future[list[EventRecord]]]] = []
         failure: SessionError | None = None
-        batches = _batches(events, done)
+        todo: list[tuple[Batch, bytes | None]]
+        if plan is not None and done == 0 and plan.client_id == client.client_id:
+            todo = list(zip(plan.batches, plan.commands, strict=True))
+        else:
+            todo = [(b, None) for b in batches(drafts, done)]
+        plan = None  # a later round starts where the session stands
         next_batch = 0
         before = done
-        while (next_batch < len(batches) or in_flight) and failure is None:
-            while next_batch < len(batches) and len(in_flight) < WINDOW:
-                b = batches[next_batch]
+        while (next_batch < len(todo) or in_flight) and failure is None:
+            while next_batch < len(todo) and len(in_flight) < WINDOW:
+                b, command = todo[next_batch]
                 next_batch += 1
-                # Deterministic: a retry of this very batch is answered from the writer's
-                # request table, and expected_seq keeps any other copy from committing.
-                rid = f"import:{file_hash[:32]}:{session_id}:{b.first}:{len(b.drafts)}"
-                fut = client.append_many_async(
+                if command is None:
+                    command = encode_batch(b, session_id, client.client_id, file_hash)
+                fut = client.append_encoded_async(
                     session_id,
-                    b.drafts,
-                    expected_seq=b.first,
-                    request_id=rid,
+                    command,
+                    request_id(file_hash, session_id, b.first, len(b.drafts)),
                     invariants=mode.invariants,
                 )
                 in_flight.append((b, fut))
@@ -372,10 +351,23 @@ def import_events(
     return present, published
 
 
+def _committed(client: Any, session_id: str) -> dsh.Session:
+    """The session as committed now: from the writer that owns it, which answers from memory
+    in one round trip per 512 KiB of the session, whatever else its partition holds; from the
+    log itself only when no writer answers (a scan of the whole partition)."""
+    from producers.errors import AppendTimeoutError, WriterUnavailableError
+
+    try:
+        session: dsh.Session = client.read(session_id)
+    except (AppendTimeoutError, WriterUnavailableError):
+        session = client.read_log(session_id)
+    return session
+
+
 def _pinpoint(
     client: Any,
     session_id: str,
-    batch: _Batch,
+    batch: Batch,
     file_hash: str,
     origin: str,
     first: SessionError,
@@ -412,8 +404,8 @@ def _pinpoint(
     )
 
 
-def _check_reply(committed: Sequence[dsh.Event], batch: _Batch, session_id: str) -> None:
-    got = [(e.seq, e.type) for e in committed]
+def _check_reply(committed: Sequence[EventRecord], batch: Batch, session_id: str) -> None:
+    got = [(r.event["seq"], r.event["type"]) for r in committed]
     want = [(batch.first + i, d["type"]) for i, d in enumerate(batch.drafts)]
     if got != want:  # a writer bug, never an input problem: stop before building on it
         raise ImportRejectedError(
@@ -447,17 +439,24 @@ def import_file(
 
     started = time.perf_counter()
     kafka = kafka or KafkaSettings()
-    header, events, file_hash = read_session_file(path)
+    header, events, drafts, file_hash = read_session_file(path)
     target = session_id or header.id
     mode = Mode.of(header, invariants)
     validate_locally(target, events, str(path), projections, mode)
     if max_event_bytes is None:
         max_event_bytes = WriterSettings.model_fields["max_event_bytes"].default
-    check_sizes(target, events, max_event_bytes, str(path))
+    # The commands are encoded once, here: the size check reads them, then they are sent.
+    plan = Plan.of(drafts, target, f"import-{uuid.uuid4().hex}", file_hash)
+    check_sizes(target, events, plan.planned(), max_event_bytes, str(path))
     # Fails in ``connect_timeout`` naming the fix; the client's own check waits longer.
     topics = [kafka.topic(n) for n in ("commands", "events", "replies")]
     partition_counts(kafka, topics, connect_timeout, quiet=True)
-    with SessionClient(settings=kafka, timeout=timeout, interpreters=projections) as client:
+    with (
+        heap_frozen(),
+        SessionClient(
+            settings=kafka, client_id=plan.client_id, timeout=timeout, interpreters=projections
+        ) as client,
+    ):
         present, published = import_events(
             client,
             target,
@@ -467,6 +466,8 @@ def import_file(
             progress=progress,
             writer_hint=writer_hint,
             mode=mode,
+            drafts=drafts,
+            plan=plan,
         )
     return ImportResult(
         session_id=target,
