@@ -42,13 +42,12 @@ from dsh.restore import restore
 from producers.import_plan import (
     Batch,
     Plan,
+    SparedCollector,
     batches,
     check_sizes,
     draft_of,
     drafts_of,
     encode_batch,
-    gc_paused,
-    heap_frozen,
     request_id,
 )
 from schemas import EventRecord
@@ -166,23 +165,22 @@ def read_session_file(
         raise ImportFileError(f"{p}: no such file", code="FILE_NOT_FOUND") from None
     except OSError as exc:
         raise ImportFileError(f"{p}: cannot read: {exc.strerror}", code="FILE_UNREADABLE") from None
-    with gc_paused():
-        try:
-            # The bytes already read, not the path again: the hash names exactly what is
-            # imported.
-            header, entries = read_entries(raw.splitlines(keepends=True))
-            events: list[dsh.Event] = []
-            drafts: list[dict[str, Any]] = []
-            for entry in entries:
-                try:
-                    ev = dsh.Event.from_json(entry.event)
-                except ValidationError as exc:
-                    where = entry.where(dsh.SESSION_FORMAT_VERSION)
-                    raise FormatError(f"{where}: {exc.message}", code=INVALID_EVENT) from exc
-                events.append(ev)
-                drafts.append(draft_of(ev, entry.event["data"]))
-        except FormatError as exc:
-            raise FormatError(f"{p}: {exc.message}", code=exc.code) from exc
+    try:
+        # The bytes already read, not the path again: the hash names exactly what is
+        # imported.
+        header, entries = read_entries(raw.splitlines(keepends=True))
+        events: list[dsh.Event] = []
+        drafts: list[dict[str, Any]] = []
+        for entry in entries:
+            try:
+                ev = dsh.Event.from_json(entry.event)
+            except ValidationError as exc:
+                where = entry.where(dsh.SESSION_FORMAT_VERSION)
+                raise FormatError(f"{where}: {exc.message}", code=INVALID_EVENT) from exc
+            events.append(ev)
+            drafts.append(draft_of(ev, entry.event["data"]))
+    except FormatError as exc:
+        raise FormatError(f"{p}: {exc.message}", code=exc.code) from exc
     return header, tuple(events), drafts, hashlib.sha256(raw).hexdigest()
 
 
@@ -439,36 +437,35 @@ def import_file(
 
     started = time.perf_counter()
     kafka = kafka or KafkaSettings()
-    header, events, drafts, file_hash = read_session_file(path)
-    target = session_id or header.id
-    mode = Mode.of(header, invariants)
-    validate_locally(target, events, str(path), projections, mode)
-    if max_event_bytes is None:
-        max_event_bytes = WriterSettings.model_fields["max_event_bytes"].default
-    # The commands are encoded once, here: the size check reads them, then they are sent.
-    plan = Plan.of(drafts, target, f"import-{uuid.uuid4().hex}", file_hash)
-    check_sizes(target, events, plan.planned(), max_event_bytes, str(path))
-    # Fails in ``connect_timeout`` naming the fix; the client's own check waits longer.
-    topics = [kafka.topic(n) for n in ("commands", "events", "replies")]
-    partition_counts(kafka, topics, connect_timeout, quiet=True)
-    with (
-        heap_frozen(),
-        SessionClient(
+    with SparedCollector() as collector:
+        header, events, drafts, file_hash = read_session_file(path)
+        target = session_id or header.id
+        mode = Mode.of(header, invariants)
+        validate_locally(target, events, str(path), projections, mode)
+        if max_event_bytes is None:
+            max_event_bytes = WriterSettings.model_fields["max_event_bytes"].default
+        # The commands are encoded once, here: the size check reads them, then they are sent.
+        plan = Plan.of(drafts, target, f"import-{uuid.uuid4().hex}", file_hash)
+        check_sizes(target, events, plan.planned(), max_event_bytes, str(path))
+        collector.loaded()
+        # Fails in ``connect_timeout`` naming the fix; the client's own check waits longer.
+        topics = [kafka.topic(n) for n in ("commands", "events", "replies")]
+        partition_counts(kafka, topics, connect_timeout, quiet=True)
+        with SessionClient(
             settings=kafka, client_id=plan.client_id, timeout=timeout, interpreters=projections
-        ) as client,
-    ):
-        present, published = import_events(
-            client,
-            target,
-            events,
-            file_hash=file_hash,
-            origin=str(path),
-            progress=progress,
-            writer_hint=writer_hint,
-            mode=mode,
-            drafts=drafts,
-            plan=plan,
-        )
+        ) as client:
+            present, published = import_events(
+                client,
+                target,
+                events,
+                file_hash=file_hash,
+                origin=str(path),
+                progress=progress,
+                writer_hint=writer_hint,
+                mode=mode,
+                drafts=drafts,
+                plan=plan,
+            )
     return ImportResult(
         session_id=target,
         source_version=header.source_version,
