@@ -111,13 +111,16 @@ class ListOutbox:
 
 
 def handler(
-    tenancy: Tenancy | None = None, max_event_bytes: int = 1 << 18, snapshot_every: int = 1000
+    tenancy: Tenancy | None = None,
+    max_event_bytes: int = 1 << 18,
+    snapshot_every: int = 1000,
+    max_snapshot_bytes: int = 1 << 20,
 ) -> CommandHandler:
     snapshots = Snapshots(
         TOPICS.snapshots,
         snapshot_every=snapshot_every,
         checkpoint_every=0,
-        max_snapshot_bytes=1 << 20,
+        max_snapshot_bytes=max_snapshot_bytes,
         events_end=lambda _: 0,
     )
     limits = Limits(max_event_bytes, 1 << 19)
@@ -285,6 +288,23 @@ def test_a_session_is_snapshotted_every_n_events_in_the_same_transaction() -> No
     assert first.on(TOPICS.snapshots) == []
     (snapshot,) = second.on(TOPICS.snapshots)
     assert snapshot.kind == SNAPSHOT and snapshot.key == SID.encode()
+    assert state.sessions[SID].events_since_snapshot == 0
+
+
+def test_a_session_too_large_to_snapshot_is_not_built_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state, h = PartitionState(HOME), handler(snapshot_every=2, max_snapshot_bytes=100)
+    drafts = [draft("user/message", user(f"u{i}"), surface_op="append") for i in range(2)]
+    first = handle(h, state, Record(command("r1", drafts=drafts), SID.encode()))
+    assert first.on(TOPICS.snapshots) == [] and state.sessions[SID].oversized
+
+    def built(self: Any) -> bytes:
+        raise AssertionError("a snapshot only grows: it was too large, it still is")
+
+    monkeypatch.setattr(type(state.sessions[SID]), "snapshot", built)
+    second = handle(h, state, Record(command("r2", drafts=drafts), SID.encode()))
+    assert second.on(TOPICS.snapshots) == []
     assert state.sessions[SID].events_since_snapshot == 0
 
 
