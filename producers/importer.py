@@ -47,7 +47,7 @@ from producers.import_plan import (
     check_sizes,
     draft_of,
     drafts_of,
-    encode_batch,
+    encoded,
     request_id,
 )
 from schemas import EventRecord
@@ -282,11 +282,15 @@ def import_events(
     while done < len(events):
         in_flight: list[tuple[Batch, Future[list[EventRecord]]]] = []
         failure: SessionError | None = None
-        todo: list[tuple[Batch, bytes | None]]
+        todo: list[tuple[Batch, bytes]]
         if plan is not None and done == 0 and plan.client_id == client.client_id:
-            todo = list(zip(plan.batches, plan.commands, strict=True))
+            todo = plan.planned()
         else:
-            todo = [(b, None) for b in batches(drafts, done)]
+            todo = [
+                pair
+                for b in batches(drafts, done)
+                for pair in encoded(b, session_id, client.client_id, file_hash)
+            ]
         plan = None  # a later round starts where the session stands
         next_batch = 0
         before = done
@@ -294,8 +298,6 @@ def import_events(
             while next_batch < len(todo) and len(in_flight) < WINDOW:
                 b, command = todo[next_batch]
                 next_batch += 1
-                if command is None:
-                    command = encode_batch(b, session_id, client.client_id, file_hash)
                 fut = client.append_encoded_async(
                     session_id,
                     command,

@@ -13,6 +13,7 @@ import pytest
 import dsh
 from bench.workload import session
 from dsh.formats import write_jsonl
+from producers import import_plan
 from producers.errors import PayloadTooLargeError
 from producers.import_plan import (
     BATCH_MAX_EVENTS,
@@ -75,3 +76,15 @@ def test_the_size_check_refuses_the_first_event_over_the_limit(source: Path) -> 
         check_sizes("t", events, plan.planned(), limit, "f.jsonl")
     assert info.value.code == "EVENT_TOO_LARGE" and "nothing was published" in info.value.message
     check_sizes("t", events, plan.planned(), max(sizes), "f.jsonl")  # exactly at the limit
+
+
+def test_a_command_over_the_limit_is_split_in_halves(
+    source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, _, drafts, digest = read_session_file(source)
+    whole = Plan.of(drafts, "t", "c", digest)
+    monkeypatch.setattr(import_plan, "COMMAND_MAX_BYTES", max(map(len, whole.commands)) // 3)
+    split = Plan.of(drafts, "t", "c", digest)
+    assert len(split.batches) > len(whole.batches)
+    assert [d for b in split.batches for d in b.drafts] == drafts
+    assert all(len(c) <= import_plan.COMMAND_MAX_BYTES for c in split.commands)
