@@ -143,13 +143,14 @@ class DshAgentsSession:
         if self._reader is not None:
             self._known = self._reader(self.session_id)
             return self._known
-        if known is None:  # a whole read: in the session's own invariants mode
-            self._known = self.client.read(self.session_id, self.timeout_s, self._interpreters)
-            return self._known
+        interpreters = None  # registered once, on the session they are restored into
+        if known is None:
+            known = dsh.Session(self.session_id)
+            interpreters = self._interpreters
         # Events this instance planned and saw committed keep its own clock's times; every
         # other field is as logged (expected_seq committed them exactly there).
         tail = self.client.read_events(self.session_id, len(known), self.timeout_s)
-        self._known = restore(known, tail, None, mark_end=False)  # registered on the first
+        self._known = restore(known, tail, interpreters, mark_end=False)
         return self._known
 
     def _get_items(self, limit: int | None) -> list[TResponseInputItem]:
