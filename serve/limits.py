@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.problems import Problem, response
@@ -35,8 +36,12 @@ def check_request_id(request_id: str) -> None:
         )
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """Raised from ``receive``: an HTTPException, so FastAPI's body reading lets it through
+    (it turns other errors into a 400) and, if the app catches it, it is still a 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is over {limit} bytes")
 
 
 class BodyLimit:
@@ -63,7 +68,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    raise _TooLarge(self.limit)
             return message
 
         async def watched(message: Message) -> None:

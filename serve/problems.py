@@ -113,7 +113,7 @@ def _known(request: Request) -> dict[str, str]:
     """The session id and request id of the request, where they are known by now."""
     out = {}
     session_id = request.path_params.get("session_id")
-    if session_id is not None:
+    if session_id is not None and len(session_id) <= 1024:  # not echo a huge one back
         out["session_id"] = str(session_id)
     request_id = getattr(request.state, "request_id", None)
     if request_id is not None:
@@ -151,13 +151,20 @@ def install(app: FastAPI, retry_after_s: int) -> None:
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE"}.get(
+            exc.status_code, "HTTP_ERROR"
+        )
         return response(exc.status_code, code, str(exc.detail), request, exc.headers)
 
     async def redis_down(request: Request, exc: Exception) -> JSONResponse:
         detail = f"Redis did not answer ({type(exc).__name__}): the read models are out of reach"
         return response(503, "REDIS_UNREACHABLE", detail, request, retry_after(retry_after_s))
 
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback after this answers; the caller learns only that.
+        return response(500, "INTERNAL", "an unexpected error: the service's log has it", request)
+
+    app.add_exception_handler(Exception, internal)
     app.add_exception_handler(SessionError, session_error)
     app.add_exception_handler(redis.exceptions.ConnectionError, redis_down)
     app.add_exception_handler(redis.exceptions.TimeoutError, redis_down)
