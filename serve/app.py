@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from projectors.keys import Keys
@@ -43,6 +44,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Each open stream holds a worker thread while it waits; the reads and appends keep
+        # anyio's default 40 beside them.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 40 + settings.max_streams
         app.state.clients = Clients(
             settings,
             kafka or KafkaSettings(),

@@ -32,6 +32,7 @@ class Clients:
         self.reader = Reader(redis, keys)
         self._appenders: dict[str | None, SessionClient] = {}
         self._lock = threading.Lock()
+        self.streams = threading.BoundedSemaphore(settings.max_streams)
 
     def appender(self, tenant: str | None) -> SessionClient:
         """The client that appends for ``tenant`` (None: auth off, no credential): made at the

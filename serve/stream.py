@@ -11,12 +11,15 @@ holds a worker thread while it waits).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
-from typing import Annotated
+import threading
+from collections.abc import Generator
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from projectors.errors import SessionBlockedError
 from projectors.read_api import Reader
@@ -28,7 +31,7 @@ from serve.problems import Problem, problem_type
 router = APIRouter(prefix="/v1")
 
 
-def events(reader: Reader, session_id: str, after: int) -> Iterator[str]:
+def events(reader: Reader, session_id: str, after: int) -> Generator[str, None, None]:
     try:
         for entry in follow(reader, session_id, after):
             if entry is None:
@@ -48,11 +51,31 @@ def events(reader: Reader, session_id: str, after: int) -> Iterator[str]:
         yield f"event: blocked\ndata: {json.dumps(problem)}\n\n"
 
 
+class _Stream(StreamingResponse):
+    """Gives the stream's slot back when the response ends, however it ends (the entries
+    stopped, the client went away, the server stops): not when the collector gets to the
+    generator, which a reference cycle can put off indefinitely."""
+
+    def __init__(
+        self, slot: threading.BoundedSemaphore, frames: Generator[str, None, None], **kw: Any
+    ) -> None:
+        super().__init__(frames, **kw)
+        self.slot, self.frames = slot, frames
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+            with contextlib.suppress(ValueError):  # still running on its thread: it ends there
+                self.frames.close()
+
+
 @router.get(
     "/sessions/{session_id}/transcript/stream",
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "entries as SSE, id = seq"},
-        **{s: ERRORS[s] for s in (401, 403, 422)},
+        **{s: ERRORS[s] for s in (401, 403, 422, 503)},
     },
     response_class=StreamingResponse,
     summary="Follow the transcript live (Server-Sent Events, resumable)",
@@ -70,7 +93,16 @@ async def stream(
         if not last_event_id.strip().lstrip("-").isdigit():
             raise Problem(422, "INVALID_LAST_EVENT_ID", "Last-Event-ID is a seq (an integer)")
         after = max(int(last_event_id), -1)
-    return StreamingResponse(
+    slot = access.clients.streams
+    if not slot.acquire(blocking=False):
+        raise Problem(
+            503,
+            "TOO_MANY_STREAMS",
+            f"{access.clients.settings.max_streams} streams are open (DSH_SERVE_MAX_STREAMS)",
+            **{"Retry-After": str(access.clients.settings.retry_after_s)},
+        )
+    return _Stream(
+        slot,
         events(access.clients.reader, access.session_id, after),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

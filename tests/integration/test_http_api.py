@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -322,3 +323,22 @@ def test_the_javascript_example_appends_retries_reads_and_follows(api: Api) -> N
         {"step": "stream", "types": ["turn/start", "user/message"]},
     ]
     assert len(api.logged(s)) == 2
+
+
+def test_streams_beyond_the_limit_are_503_until_one_closes(api: Api, servers: Servers) -> None:
+    redis = RedisSettings(url=SecretStr(servers.redis_url))
+    app = create_app(ServeSettings(max_streams=1), api.kafka, redis, Keys())
+    path = "/v1/sessions/nobody-yet/transcript/stream"
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        with http.stream("GET", path) as first:
+            assert first.status_code == 200
+            assert_problem(http.get(path), 503, "TOO_MANY_STREAMS")
+        # The first client is gone: its slot comes back once the server notices (an idle frame
+        # a second at most), and a new stream opens.
+        deadline = time.monotonic() + 10
+        while True:
+            with http.stream("GET", path) as again:
+                if again.status_code == 200:
+                    break
+                assert time.monotonic() < deadline, "the slot never came back"
+            time.sleep(0.2)
