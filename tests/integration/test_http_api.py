@@ -307,7 +307,7 @@ def test_without_tokens_the_writer_still_refuses_an_untenanted_append(api: Api) 
 def test_the_javascript_example_appends_retries_reads_and_follows(api: Api) -> None:
     s = sid()
     result = subprocess.run(
-        ["node", str(ROOT / "examples" / "http-client.mjs"), s],
+        ["node", str(ROOT / "docs" / "examples" / "http-client.mjs"), s],
         env={**os.environ, "API_URL": api.url, "API_TOKEN": TOKENS["acme"]},
         capture_output=True,
         text=True,

@@ -2,7 +2,7 @@
 // TypeScript without a compile step): append a turn with an idempotency key, retry it, read
 // your own write, and follow the transcript live over Server-Sent Events.
 //
-//   API_URL=http://127.0.0.1:18080 API_TOKEN=... node examples/http-client.mjs SESSION_ID
+//   API_URL=http://127.0.0.1:18080 API_TOKEN=... node docs/examples/http-client.mjs SESSION_ID
 //
 // Prints one JSON line per step; exits non-zero on any unexpected answer.
 
