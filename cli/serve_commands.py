@@ -24,7 +24,16 @@ def register(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    try:
+        import fastapi  # noqa: F401  (the app's framework: checked here, named in the error)
+        import uvicorn
+    except ImportError as exc:
+        from serve.errors import ServeDependencyError
+
+        raise ServeDependencyError(
+            f"dsh serve needs the serve extra ({exc.name} is missing): "
+            "pip install 'dsh-pipeline[serve]'"
+        ) from None
 
     from cli.endpoints import kafka_settings, redis_settings
     from projectors.keys import Keys
