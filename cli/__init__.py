@@ -17,6 +17,7 @@ from cli import (
     demo,
     io_commands,
     projector_commands,
+    serve_commands,
     settings_reference,
     stack_commands,
     writer_commands,
@@ -40,6 +41,7 @@ Local stack (real Apache Kafka in KRaft mode, Redis, and the services; state und
 Services (run until SIGTERM; `dsh up` starts them for you):
   dsh writer                         validate commands, publish events exactly once
   dsh project surface|transcript|audit   build a read model in Redis
+  dsh serve                          the HTTP API: append, read, follow (docs/http-api.md)
 
 Reading sessions (every read command takes --json):
   dsh show surface|transcript|audit SESSION   one read model
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     stack_commands.register(commands)
     projector_commands.register(commands)
     writer_commands.register(commands)
+    serve_commands.register(commands)
     io_commands.register(commands)
     settings_reference.register(commands)
     return parser

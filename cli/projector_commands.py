@@ -168,25 +168,12 @@ def _tail(args: argparse.Namespace) -> int:
 def _follow(reader: Any, session_id: str, after: int, as_json: bool) -> int:
     """New transcript entries after seq ``after`` until Ctrl-C; a blocked session stops it
     with the reason (no entry would ever come)."""
-    from projectors.errors import SessionBlockedError
-    from projectors.views import blocked_message
+    from projectors.views import follow
 
-    while True:
-        blocked = reader.blocked("transcript", session_id)
-        if blocked is not None:
-            raise SessionBlockedError(blocked_message("transcript", session_id, blocked))
-        # One blocking read of a second at most, then the blocked marker is checked again.
-        for e in reader.transcript(session_id, after) or _wait(reader, session_id, after):
+    for e in follow(reader, session_id, after):
+        if e is not None:
             _print_entry(e, as_json)
-            after = e.seq
-
-
-def _wait(reader: Any, session_id: str, after: int) -> list[Any]:
-    key = reader.keys.session(session_id, "transcript")
-    from projectors.transcript import entry_id
-
-    reader.client.xread({key: "0-0" if after < 0 else entry_id(after)}, block=1000, count=1)
-    return []
+    return 0  # follow() never ends but by an error
 
 
 def _blocked_line(blocked: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 from deploy.local.settings import REPO_ROOT, LocalStackSettings
 from producers.writer.settings import WriterSettings
 from projectors.settings import ProjectorSettings
+from serve.settings import ServeSettings
 from servicekit.health import ServiceSettings
 from servicekit.logs import LogSettings
 from servicekit.settings import CodecSettings, KafkaSettings, RedisSettings, StrictSettings
@@ -32,6 +33,7 @@ SETTINGS_CLASSES: tuple[type[StrictSettings], ...] = (
     RedisSettings,
     WriterSettings,
     ProjectorSettings,
+    ServeSettings,
     LogSettings,
     ServiceSettings,
     CodecSettings,

@@ -142,15 +142,17 @@ class DshAgentsSession:
         known, self._known = self._known, None  # kept again once brought up to date
         if self._reader is not None:
             fresh = self._reader(self.session_id)
-        elif known is None:  # a whole read: in the session's own invariants mode
-            fresh = self.client.read(self.session_id, self.timeout_s, self._interpreters)
+            self._position = Position()  # a session of its own each time: folded anew
         else:
+            interpreters = None  # registered once, on the session they are restored into
+            if known is None:
+                known = dsh.Session(self.session_id)
+                interpreters = self._interpreters
+                self._position = Position()
             # Events this instance planned and saw committed keep its own clock's times; every
             # other field is as logged (expected_seq committed them exactly there).
             tail = self.client.read_events(self.session_id, len(known), self.timeout_s)
-            fresh = restore(known, tail, None, mark_end=False)  # registered on the first
-        if fresh is not known:
-            self._position = Position()
+            fresh = restore(known, tail, interpreters, mark_end=False)
         self._position.advance(fresh)
         self._known = fresh
         return fresh

@@ -21,7 +21,7 @@ MULTI), backing off from 1 ms to 50 ms, and reads the view again when they say i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,7 +34,15 @@ from projectors.errors import (
     SessionUnknownError,
 )
 from projectors.keys import Keys
-from projectors.read_api import AuditView, Reader, SurfaceView, TranscriptView, json_object
+from projectors.read_api import (
+    AuditView,
+    Reader,
+    SurfaceView,
+    TranscriptEntry,
+    TranscriptView,
+    json_object,
+)
+from projectors.transcript import entry_id
 
 V = TypeVar("V", SurfaceView, TranscriptView, AuditView)
 
@@ -50,6 +58,30 @@ def blocked_message(projection: str, session_id: str, blocked: dict[str, Any]) -
         "(e.g. register the missing interpreter in DSH_PROJECTOR_PROJECTIONS), then "
         f"`dsh replay {session_id}`"
     )
+
+
+def follow(
+    reader: Reader, session_id: str, after: int = -1, block_ms: int = 1000
+) -> Iterator[TranscriptEntry | None]:
+    """The transcript entries after seq ``after``, live, for ever (`dsh tail`, the HTTP API's
+    stream). ``None`` after each ``block_ms`` without an entry, so a caller can stop or send
+    a keep-alive; a blocked session ends it with ``SessionBlockedError`` (no entry would ever
+    come). An unknown session is waited for, as its first append may be on its way."""
+    key = reader.keys.session(session_id, "transcript")
+    while True:
+        blocked = reader.blocked("transcript", session_id)
+        if blocked is not None:
+            raise SessionBlockedError(blocked_message("transcript", session_id, blocked))
+        entries = reader.transcript(session_id, after)
+        for entry in entries:
+            yield entry
+            after = entry.seq
+        if not entries:
+            # Wakes at the next entry; the blocked marker is checked again after at most
+            # block_ms (a block adds no entry).
+            last = "0-0" if after < 0 else entry_id(after)
+            reader.client.xread({key: last}, block=block_ms, count=1)
+            yield None
 
 
 @dataclass(frozen=True)

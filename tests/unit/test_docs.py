@@ -39,8 +39,8 @@ from tests.unit.test_deploy_manifests import K8S, k8s_objects, load_yaml
 README_LIMIT = 12 * 1024
 # Named in docs/deploy.md as what Kubernetes would inject, and the settings would refuse.
 NOT_SETTINGS = {"DSH_WRITER_PORT"}
-SOURCE_DIRS = ("cli", "dsh", "schemas", "interpreters", "servicekit", "producers", "projectors",
-               "deploy", "tests")  # fmt: skip
+SOURCE_DIRS = ("cli", "serve", "dsh", "schemas", "interpreters", "servicekit", "producers",
+               "projectors", "deploy", "tests")  # fmt: skip
 
 
 def _sources() -> Iterator[Path]:

@@ -460,9 +460,7 @@ def test_a_read_of_a_bare_session_says_its_mode() -> None:
     assert isinstance(put.kind, list) and header(put.kind, HEADER_INVARIANTS) == "off"
 
 
-def test_a_command_in_an_earlier_schema_version_is_applied_and_published_in_the_current_one() -> (
-    None
-):
+def test_a_command_of_an_earlier_schema_is_published_in_the_current_one() -> None:
     """A client not yet upgraded still appends: its command decodes through the shipped
     history, and the events go out in the current version, typed where it types them."""
     old = Codec(SchemaStore.from_files(HISTORY_DIR / "v1" / f for f in SCHEMA_FILES))

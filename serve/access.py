@@ -1,0 +1,46 @@
+"""The dependency every session route starts with: who calls (401), a session id the API
+takes (422), and one the caller's tenant may use (403), in that order, before any body is
+acted on or Redis is asked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from serve.auth import Principal
+from serve.clients import Clients
+from serve.limits import check_session_id
+
+# Declares the scheme in the OpenAPI document; the header itself is checked by Auth, which
+# answers a missing or unknown token with a problem (not FastAPI's bare 403).
+_bearer = HTTPBearer(auto_error=False, description="a token of DSH_SERVE_TOKENS (if any)")
+
+
+def clients(request: Request) -> Clients:
+    found: Clients = request.app.state.clients
+    return found
+
+
+@dataclass(frozen=True)
+class Access:
+    session_id: str
+    principal: Principal
+    clients: Clients
+
+
+def session_access(
+    request: Request,
+    session_id: Annotated[str, Path(description="letters, digits and . _ : @ ~ -")],
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Access:
+    found = clients(request)
+    principal = found.auth.principal(request.headers.get("authorization"))
+    check_session_id(session_id, found.settings.max_session_id_length)
+    principal.check(session_id)
+    return Access(session_id, principal, found)
+
+
+SessionAccess = Annotated[Access, Depends(session_access)]

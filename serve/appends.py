@@ -1,0 +1,85 @@
+"""``POST /v1/sessions/{session_id}/events``: one command of one or more events, all or
+nothing, through the writer.
+
+The request id is the ``Idempotency-Key`` header (generated when absent, and returned): the
+writer answers a retry from its request table with the original events, so retrying after a
+503 or a lost connection never appends twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from schemas import draft
+from serve.access import SessionAccess
+from serve.limits import check_request_id
+from serve.models import AppendRequest, AppendResponse, Problem
+from serve.problems import Problem as ProblemError
+
+router = APIRouter(prefix="/v1")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "content": {"application/problem+json": {}}}
+    for status in (400, 401, 403, 409, 413, 422, 503)
+}
+
+
+@router.post(
+    "/sessions/{session_id}/events",
+    response_model=AppendResponse,
+    responses=ERRORS,
+    summary="Append one or more events, all or nothing",
+)
+async def append(
+    body: AppendRequest,
+    access: SessionAccess,
+    request: Request,
+    idempotency_key: Annotated[
+        str | None,
+        Header(description="the request id: a retry with the same key returns the same events"),
+    ] = None,
+) -> JSONResponse:
+    settings = access.clients.settings
+    if len(body.events) > settings.max_events:
+        raise ProblemError(
+            422,
+            "TOO_MANY_EVENTS",
+            f"{len(body.events)} events in one request; at most {settings.max_events}",
+        )
+    request_id = idempotency_key or f"http-{uuid.uuid4().hex}"
+    check_request_id(request_id)
+    request.state.request_id = request_id
+    drafts = [
+        draft(
+            e.type,
+            e.data,
+            surface_op=e.surface_op,
+            source_event_seqs=e.source_event_seqs,
+            ignorable=e.ignorable,
+        )
+        for e in body.events
+    ]
+    # Made at the first append of its tenant: a Kafka round trip, so off the event loop.
+    client = await run_in_threadpool(access.clients.appender, access.principal.tenant)
+    future = client.append_many_async(
+        access.session_id,
+        drafts,
+        expected_seq=body.expected_seq,
+        request_id=request_id,
+        invariants=body.invariants,
+    )
+    events = await asyncio.wrap_future(future)
+    return JSONResponse(
+        {
+            "request_id": request_id,
+            "committed_seq": events[-1].seq,
+            "events": [e.to_json() for e in events],
+        },
+        headers={"Idempotency-Key": request_id},
+    )

@@ -1,0 +1,58 @@
+"""What the routes share: the Kafka clients (one ``SessionClient`` per tenant, made at its
+first append) and the Redis read models. Made by the app's lifespan, never at import: the
+OpenAPI document is built from an app that connects to nothing."""
+
+from __future__ import annotations
+
+import threading
+
+from pydantic import SecretStr
+
+from producers import SessionClient
+from projectors.keys import Keys
+from projectors.read_api import Reader
+from projectors.views import Views
+from serve.auth import Auth
+from serve.settings import ServeSettings
+from servicekit.redis_clients import RedisClient
+from servicekit.settings import KafkaSettings
+
+
+class Clients:
+    def __init__(
+        self,
+        settings: ServeSettings,
+        kafka: KafkaSettings,
+        redis: RedisClient,
+        keys: Keys,
+        auth: Auth,
+    ) -> None:
+        self.settings, self.kafka, self.redis, self.auth = settings, kafka, redis, auth
+        self.views = Views(redis, keys, timeout_s=settings.default_wait_ms / 1000)
+        self.reader = Reader(redis, keys)
+        self._appenders: dict[str | None, SessionClient] = {}
+        self._lock = threading.Lock()
+        self.streams = threading.BoundedSemaphore(settings.max_streams)
+
+    def appender(self, tenant: str | None) -> SessionClient:
+        """The client that appends for ``tenant`` (None: auth off, no credential): made at the
+        first append, so the service starts, and says why it is not ready, without Kafka."""
+        with self._lock:
+            client = self._appenders.get(tenant)
+            if client is None:
+                key = None if tenant is None else self.auth.tenancy.keys[tenant].decode()
+                client = SessionClient(
+                    settings=self.kafka,
+                    timeout=self.settings.append_timeout_s,
+                    tenant=tenant,
+                    tenant_key=None if key is None else SecretStr(key),
+                )
+                self._appenders[tenant] = client
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            appenders, self._appenders = list(self._appenders.values()), {}
+        for client in appenders:
+            client.close()
+        self.redis.close()

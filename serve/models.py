@@ -1,0 +1,96 @@
+"""The JSON bodies of the API, for validation and for the OpenAPI document.
+
+Events are in the contract's wire shape (camelCase: ``surfaceOp``, ``sourceEventSeqs``); the
+API's own fields are snake_case (``expected_seq``, ``committed_seq``, ``request_id``), as the
+query parameters are. The core checks what an event means; these models check only its shape,
+so a rejection names the core's own code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EventDraft(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(description="`family/name`, e.g. `user/message`")
+    data: Any = Field(description="the event's data: lossless JSON")
+    surface_op: Any = Field(
+        None,
+        alias="surfaceOp",
+        description='`"append"` or `{"op": "replace", "startSeq": n, "endSeq": m}`; required '
+        "on the four surface types, forbidden on the others",
+    )
+    source_event_seqs: Any = Field(
+        None, alias="sourceEventSeqs", description="seqs this event cites (list of ints)"
+    )
+    ignorable: bool = Field(False, description="only `true` or absent: an unknown type kept")
+
+
+class AppendRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[EventDraft] = Field(
+        min_length=1, description="appended all or nothing, in this order"
+    )
+    expected_seq: int | None = Field(
+        None, ge=0, description="the seq the first event must get (optimistic concurrency)"
+    )
+    invariants: bool | None = Field(
+        None,
+        description="the turn-invariants mode a new session is created with (default on); "
+        "for an existing session, the mode it must have",
+    )
+
+
+class WireEvent(BaseModel):
+    type: str
+    seq: int
+    time: int = Field(description="epoch milliseconds")
+    data: Any
+    surfaceOp: Any = None  # the wire's own name
+    sourceEventSeqs: list[int] | None = None
+    ignorable: bool | None = None
+
+
+class AppendResponse(BaseModel):
+    request_id: str = Field(description="the Idempotency-Key, given or generated")
+    committed_seq: int = Field(description="the seq of the last event committed")
+    events: list[WireEvent]
+
+
+class SurfaceResponse(BaseModel):
+    applied: int = Field(description="the last seq the surface projection applied")
+    nodes: list[int]
+    replaceGeneration: int
+    contentGeneration: int
+    messages: list[Any] = Field(description="what the model sees next")
+    blocked: Any = None
+
+
+class TranscriptResponse(BaseModel):
+    applied: int
+    entries: list[Any] = Field(description="wire events with `kind`: `surface` or `progress`")
+    blocked: Any = None
+
+
+class AuditResponse(BaseModel):
+    applied: int
+    events: dict[str, Any] = Field(description="seq → what it cites, shadowed, was cited by")
+    index: dict[str, list[int]]
+    blocked: Any = None
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, with our stable ``code``."""
+
+    type: str = Field(description="https://dsh-pipeline.dev/problems/<code>")
+    title: str
+    status: int
+    detail: str
+    code: str = Field(description="the stable error code (docs/http-api.md)")
+    request_id: str | None = None
+    session_id: str | None = None

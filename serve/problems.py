@@ -1,0 +1,173 @@
+"""Every error as RFC 9457 problem details (``application/problem+json``).
+
+``type`` is a stable URI per code (``https://dsh-pipeline.dev/problems/<code>``, the code in
+lower case with dashes), ``code`` our stable error code, ``title`` and ``status`` follow from
+the code's class, ``detail`` is the error's message (it names the offending seq and field).
+The status of each class is decided here and tabled in docs/http-api.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dsh.errors import SessionError, ValidationError
+from producers.errors import (
+    AppendTimeoutError,
+    ConflictError,
+    InvariantsModeError,
+    PayloadTooLargeError,
+    WriterUnavailableError,
+)
+from producers.tenancy import TenantForbiddenError
+from projectors.errors import (
+    ProjectionBehindError,
+    SessionBlockedError,
+    SessionRebuildingError,
+    SessionUnknownError,
+)
+from servicekit.kafka_errors import KafkaUnreachableError
+from servicekit.topics import TopicError
+
+PROBLEM_BASE = "https://dsh-pipeline.dev/problems/"
+MEDIA_TYPE = "application/problem+json"
+
+# Most specific first: the first class an error is an instance of decides its status.
+# PROJECTION_BEHIND and SESSION_REBUILDING are 503 with Retry-After, not 504: the service
+# itself answered, in time, that the read model is not there yet, and a client retrying after
+# Retry-After is what should follow (a 504 says an upstream server did not answer).
+STATUS_BY_CLASS: tuple[tuple[type[SessionError], int], ...] = (
+    (TenantForbiddenError, 403),
+    (ConflictError, 409),
+    (InvariantsModeError, 409),
+    (PayloadTooLargeError, 413),
+    (ValidationError, 422),
+    (SessionUnknownError, 404),
+    # A blocked session needs an operator (fix, then `dsh replay`): retrying will not help.
+    (SessionBlockedError, 409),
+    (ProjectionBehindError, 503),
+    (SessionRebuildingError, 503),
+    (AppendTimeoutError, 503),
+    (WriterUnavailableError, 503),
+    (KafkaUnreachableError, 503),
+    (TopicError, 503),
+)
+TITLES = {
+    400: "Bad request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Content too large",
+    422: "Unprocessable content",
+    500: "Internal server error",
+    503: "Service unavailable",
+}
+
+
+def problem_type(code: str) -> str:
+    return PROBLEM_BASE + code.lower().replace("_", "-")
+
+
+class Problem(Exception):
+    """An HTTP error of the service itself (auth, limits), raised as problem details."""
+
+    def __init__(self, status: int, code: str, detail: str, **headers: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+def status_of(exc: SessionError) -> int:
+    return next((status for cls, status in STATUS_BY_CLASS if isinstance(exc, cls)), 500)
+
+
+def response(
+    status: int,
+    code: str,
+    detail: str,
+    request: Request | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": problem_type(code),
+        "title": TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if request is not None:
+        body.update(_known(request))
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return JSONResponse(body, status_code=status, headers=headers, media_type=MEDIA_TYPE)
+
+
+def _known(request: Request) -> dict[str, str]:
+    """The session id and request id of the request, where they are known by now."""
+    out = {}
+    session_id = request.path_params.get("session_id")
+    if session_id is not None and len(session_id) <= 1024:  # not echo a huge one back
+        out["session_id"] = str(session_id)
+    request_id = getattr(request.state, "request_id", None)
+    if request_id is not None:
+        out["request_id"] = str(request_id)
+    return out
+
+
+def retry_after(seconds: int) -> dict[str, str]:
+    return {"Retry-After": str(seconds)}
+
+
+def install(app: FastAPI, retry_after_s: int) -> None:
+    """Problem details for our errors, the service's own, FastAPI's validation and routing."""
+
+    async def session_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, SessionError)
+        status = status_of(exc)
+        headers = retry_after(retry_after_s) if status == 503 else None
+        return response(status, exc.code, exc.message, request, headers)
+
+    async def problem(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, Problem)
+        return response(exc.status, exc.code, exc.detail, request, exc.headers or None)
+
+    async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg")), "type": str(e.get("type"))}
+            for e in exc.errors()
+        ]
+        if any(e["type"] == "json_invalid" for e in errors):
+            return response(400, "MALFORMED_JSON", "the body is not JSON", request, errors=errors)
+        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
+        return response(422, "REQUEST_INVALID", detail, request, errors=errors)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE"}.get(
+            exc.status_code, "HTTP_ERROR"
+        )
+        return response(exc.status_code, code, str(exc.detail), request, exc.headers)
+
+    async def redis_down(request: Request, exc: Exception) -> JSONResponse:
+        detail = f"Redis did not answer ({type(exc).__name__}): the read models are out of reach"
+        return response(503, "REDIS_UNREACHABLE", detail, request, retry_after(retry_after_s))
+
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback after this answers; the caller learns only that.
+        return response(500, "INTERNAL", "an unexpected error: the service's log has it", request)
+
+    app.add_exception_handler(Exception, internal)
+    app.add_exception_handler(SessionError, session_error)
+    app.add_exception_handler(redis.exceptions.ConnectionError, redis_down)
+    app.add_exception_handler(redis.exceptions.TimeoutError, redis_down)
+    app.add_exception_handler(Problem, problem)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(StarletteHTTPException, http_error)

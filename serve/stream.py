@@ -1,0 +1,109 @@
+"""``GET /v1/sessions/{session_id}/transcript/stream``: the transcript live, as Server-Sent
+Events, followed the way `dsh tail` follows it (``projectors.views.follow``).
+
+Each entry is one event with ``id:`` its seq, so a client that reconnects with
+``Last-Event-ID`` (browsers' ``EventSource`` does by itself) gets the entries after it first,
+then the new ones: nothing missed, nothing twice. A blocked session ends the stream with an
+``event: blocked`` whose data is the problem. An SSE comment goes out each idle second, so
+proxies keep the connection open and a client gone is noticed within a second (the follow
+holds a worker thread while it waits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Generator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from projectors.errors import SessionBlockedError
+from projectors.read_api import Reader
+from projectors.views import follow
+from serve.access import SessionAccess
+from serve.appends import ERRORS
+from serve.problems import Problem, problem_type
+
+router = APIRouter(prefix="/v1")
+
+
+def events(reader: Reader, session_id: str, after: int) -> Generator[str, None, None]:
+    try:
+        for entry in follow(reader, session_id, after):
+            if entry is None:
+                yield ": idle\n\n"
+                continue
+            data = json.dumps(entry.event | {"kind": entry.kind}, separators=(",", ":"))
+            yield f"id: {entry.seq}\nevent: entry\ndata: {data}\n\n"
+    except SessionBlockedError as exc:
+        problem = {
+            "type": problem_type(exc.code),
+            "title": "Conflict",
+            "status": 409,
+            "detail": exc.message,
+            "code": exc.code,
+            "session_id": session_id,
+        }
+        yield f"event: blocked\ndata: {json.dumps(problem)}\n\n"
+
+
+class _Stream(StreamingResponse):
+    """Gives the stream's slot back when the response ends, however it ends (the entries
+    stopped, the client went away, the server stops): not when the collector gets to the
+    generator, which a reference cycle can put off indefinitely."""
+
+    def __init__(
+        self, slot: threading.BoundedSemaphore, frames: Generator[str, None, None], **kw: Any
+    ) -> None:
+        super().__init__(frames, **kw)
+        self.slot, self.frames = slot, frames
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+            with contextlib.suppress(ValueError):  # still running on its thread: it ends there
+                self.frames.close()
+
+
+@router.get(
+    "/sessions/{session_id}/transcript/stream",
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "entries as SSE, id = seq"},
+        **{s: ERRORS[s] for s in (401, 403, 422, 503)},
+    },
+    response_class=StreamingResponse,
+    summary="Follow the transcript live (Server-Sent Events, resumable)",
+)
+async def stream(
+    access: SessionAccess,
+    last_event_id: Annotated[
+        str | None, Header(description="resume after this seq (what EventSource sends)")
+    ] = None,
+    after: Annotated[
+        int, Query(ge=-1, description="start after this seq (-1: from the start)")
+    ] = -1,
+) -> StreamingResponse:
+    if last_event_id is not None:
+        if not last_event_id.strip().lstrip("-").isdigit():
+            raise Problem(422, "INVALID_LAST_EVENT_ID", "Last-Event-ID is a seq (an integer)")
+        after = max(int(last_event_id), -1)
+    slot = access.clients.streams
+    if not slot.acquire(blocking=False):
+        raise Problem(
+            503,
+            "TOO_MANY_STREAMS",
+            f"{access.clients.settings.max_streams} streams are open (DSH_SERVE_MAX_STREAMS)",
+            **{"Retry-After": str(access.clients.settings.retry_after_s)},
+        )
+    return _Stream(
+        slot,
+        events(access.clients.reader, access.session_id, after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
