@@ -268,10 +268,7 @@ class SessionClient:
         """Send one command; ``read_from``: a read of the session from that seq (no drafts);
         ``invariants``: the mode it creates (or expects) its session with."""
         future: Future[Any] = Future()
-        if self._closed.is_set():
-            future.set_exception(WriterUnavailableError("the client is closed"))
-            return future
-        refused = self._inflight.refused
+        refused = self._refusal()
         if refused is not None:
             future.set_exception(refused)
             return future
@@ -294,6 +291,12 @@ class SessionClient:
             invariants=invariants,
         )
 
+    def _refusal(self) -> SessionError | None:
+        """Why no command can be sent now: the client is closed, or its login was refused."""
+        if self._closed.is_set():
+            return WriterUnavailableError("the client is closed")
+        return self._inflight.refused
+
     def append_encoded_async(
         self,
         session_id: str,
@@ -309,10 +312,7 @@ class SessionClient:
         copied into ``dsh.Event``s: for a caller that checks or keeps the encoded commands
         itself and only looks at the seqs it got (``dsh import``)."""
         future: Future[Any] = Future()
-        if self._closed.is_set():
-            future.set_exception(WriterUnavailableError("the client is closed"))
-            return future
-        refused = self._inflight.refused
+        refused = self._refusal()
         if refused is not None:
             future.set_exception(refused)
             return future

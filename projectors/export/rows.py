@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import orjson
 
+from dsh.vocabulary import LOG_TYPES, SURFACE_TYPES
 from schemas import EventRecord
 
 Kind = Literal["string", "int", "long", "bool", "timestamp", "longs"]
@@ -66,20 +67,14 @@ NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
 Row = tuple[Any, ...]  # values in COLUMNS order
 
-# Types whose data carries turn and step (CONTRACT §2); plugin types carry anything.
-_NUMBERED = frozenset(
-    {
-        "system/message",
-        "assistant/message",
-        "tool/result",
-        "turn/start",
-        "turn/end",
-        "step/start",
-        "step/end",
-        "assistant/attempt",
-        "tool/call",
-    }
-)
+# Types whose data carries its turn (and step): the vocabulary's surface and log types but for
+# the user's message, the request's and the seed marker (CONTRACT §2); plugin types carry anything.
+_NUMBERED = (SURFACE_TYPES | LOG_TYPES) - {
+    "user/message",
+    "request/header",
+    "request/context",
+    "session/end-seed",
+}
 _WRAPPED = frozenset({"system/message", "assistant/message", "tool/result"})  # data.message
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
