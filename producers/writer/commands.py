@@ -179,8 +179,9 @@ class CommandHandler:
                 creates = outcome.events[0].seq == 0
                 inherited = _inherited(outcome.events) if creates else 0
                 bare = creates and not session_state.session.invariants
+                marked = max(inherited, int(bare))  # leading events with headers of their own
                 for i, (ev, v) in enumerate(zip(outcome.events, values, strict=True)):
-                    if i < inherited or (bare and i == 0):
+                    if i < marked:
                         kind = event_headers_of(ev.type, request_id, i < inherited, bare and i == 0)
                         put(p, events, v, key, p, kind)
                     else:
