@@ -32,6 +32,7 @@ from tests.support.contract import (
     assert_same,
     run,
 )
+from tests.support.topics import fresh_topics
 
 
 def _steps(session: str, steps: list[tables.Step]) -> Scenario:
@@ -91,17 +92,9 @@ def pipeline(topics_module: KafkaSettings) -> Iterator[Pipeline]:
 @pytest.fixture(scope="module")
 def topics_module(servers: Any) -> KafkaSettings:
     """The contract's topics, made once for the whole module (the pipeline serves them all)."""
-    import uuid
-
-    from servicekit.topics import ensure_topics
     from tests.conftest import TEST_PARTITIONS
 
-    kafka = KafkaSettings(
-        bootstrap_servers=servers.bootstrap_servers,
-        topic_prefix=f"contract-{uuid.uuid4().hex[:12]}.dsh.session",
-    )
-    ensure_topics(kafka, TEST_PARTITIONS)
-    return kafka
+    return fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS, "contract")
 
 
 def _check(backend: Backend, scenario: Scenario, modes: Modes) -> None:

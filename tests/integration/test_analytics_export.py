@@ -31,21 +31,17 @@ from schemas import HEADER_INHERITED, decode_event
 from servicekit import kafka_clients
 from servicekit.partition_reader import NOW, read_partitions
 from servicekit.settings import KafkaSettings
-from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.writer_support import running_writer, writer_settings
 from tests.support.builders import user
+from tests.support.topics import fresh_topics
 
 FLAT = ("parquet", "avro-flat")
 
 
 @pytest.fixture(scope="module")
 def kafka(servers: Servers) -> KafkaSettings:
-    settings = KafkaSettings(
-        bootstrap_servers=servers.bootstrap_servers,
-        topic_prefix=f"test-an-{uuid.uuid4().hex[:10]}.dsh.session",
-    )
-    ensure_topics(settings, TEST_PARTITIONS)
+    settings = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS, "test-an")
     return settings
 
 

@@ -32,7 +32,6 @@ from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.topic_reader import read_session
 from servicekit.settings import KafkaSettings
-from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     projectors_running,
@@ -41,6 +40,7 @@ from tests.integration.projector_support import (
 )
 from tests.integration.writer_support import running_writer, writer_settings
 from tests.support.processes import run_dsh
+from tests.support.topics import fresh_topics
 from tests.support.waiting import wait_for
 
 
@@ -75,11 +75,7 @@ def _dsh(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Com
 def pipeline(servers: Any) -> Iterator[Pipeline]:
     """The demo's session, appended through a real writer and projected by real projectors
     (the same interpreter spec as the local stack)."""
-    kafka = KafkaSettings(
-        bootstrap_servers=servers.bootstrap_servers,
-        topic_prefix=f"test-{uuid.uuid4().hex[:12]}.dsh.session",
-    )
-    ensure_topics(kafka, TEST_PARTITIONS)
+    kafka = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS)
     prefix = f"cli-{uuid.uuid4().hex[:8]}"
     with (
         running_writer(kafka, writer_settings(projections=OFFLOAD_SPEC)),
@@ -322,11 +318,7 @@ def test_an_unknown_session_is_an_error_everywhere(pipeline: Pipeline) -> None:
 def test_a_blocked_session_is_an_error_saying_why(servers: Any) -> None:
     """Projectors without the image/offload interpreter block the session's surface; an
     undecodable record blocks every projection of its session, the transcript included."""
-    kafka = KafkaSettings(
-        bootstrap_servers=servers.bootstrap_servers,
-        topic_prefix=f"test-{uuid.uuid4().hex[:12]}.dsh.session",
-    )
-    ensure_topics(kafka, TEST_PARTITIONS)
+    kafka = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS)
     prefix = f"blk-{uuid.uuid4().hex[:8]}"
     needs = scripted_session("needs-offload").session
     publish(kafka, [(needs.id, e.to_json()) for e in needs.events()])

@@ -26,13 +26,13 @@ from projectors.keys import Keys
 from serve.app import create_app
 from serve.settings import ServeSettings
 from servicekit.settings import KafkaSettings, RedisSettings
-from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.docs_blocks import ROOT
 from tests.integration.projector_support import projectors_running
 from tests.integration.serve_support import serving
 from tests.integration.writer_support import running_writer, writer_settings
 from tests.support.builders import user
+from tests.support.topics import fresh_topics
 
 KEYS = {"acme": "acme-key-" + uuid.uuid4().hex, "globex": "globex-key-" + uuid.uuid4().hex}
 TOKENS = {"acme": "acme-token-" + uuid.uuid4().hex, "globex": "globex-token-" + uuid.uuid4().hex}
@@ -60,11 +60,7 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(servers: Servers) -> Iterator[Api]:
-    kafka = KafkaSettings(
-        bootstrap_servers=servers.bootstrap_servers,
-        topic_prefix=f"test-{uuid.uuid4().hex[:12]}.dsh.session",
-    )
-    ensure_topics(kafka, TEST_PARTITIONS)
+    kafka = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS)
     settings = ServeSettings(
         tokens=SecretStr(
             ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in TOKENS.items())

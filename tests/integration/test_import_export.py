@@ -43,7 +43,6 @@ from projectors.records import Record
 from projectors.topic_reader import scan_partitions
 from schemas import draft
 from servicekit.settings import KafkaSettings
-from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.writer_support import (
     run_script_in_process,
@@ -53,6 +52,7 @@ from tests.integration.writer_support import (
 )
 from tests.support.builders import assistant, user
 from tests.support.dsh_vectors import SCENARIOS, VECTORS, invariants_of
+from tests.support.topics import fresh_topics
 
 FORMATS = Path(__file__).resolve().parents[1] / "unit" / "data" / "formats"
 # Small enough that one oversized event is cheap to build; the writer refuses it, not the core.
@@ -169,11 +169,7 @@ def _v3_file(path: Path, session_id: str) -> Path:
 def kafka(servers: Servers) -> KafkaSettings:
     """One topic prefix for the module: a writer takes seconds to own its partitions, so the
     tests share one and use their own session ids (export tests count what they add)."""
-    settings = KafkaSettings(
-        bootstrap_servers=servers.bootstrap_servers,
-        topic_prefix=f"test-io-{uuid.uuid4().hex[:10]}.dsh.session",
-    )
-    ensure_topics(settings, TEST_PARTITIONS)
+    settings = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS, "test-io")
     return settings
 
 

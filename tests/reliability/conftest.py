@@ -14,9 +14,8 @@ import redis
 from pydantic import SecretStr
 
 from deploy.local.stack import LocalStack
-from servicekit.settings import KafkaSettings
-from servicekit.topics import ensure_topics
 from tests.reliability.harness import PARTITIONS, Load, Namespace
+from tests.support.topics import fresh_topics
 
 RELIABILITY_DIR = os.path.dirname(__file__)
 
@@ -72,13 +71,8 @@ def load() -> Load:
 @pytest.fixture
 def ns(cluster: LocalStack, tmp_path: Path) -> Namespace:
     """This test's topics on the shared cluster."""
-    import uuid
 
-    kafka = KafkaSettings(
-        bootstrap_servers=cluster.settings.bootstrap_servers(),
-        topic_prefix=f"rel-{uuid.uuid4().hex[:10]}.dsh.session",
-    )
-    ensure_topics(kafka, PARTITIONS)
+    kafka = fresh_topics(cluster.settings.bootstrap_servers(), PARTITIONS, "rel")
     return Namespace(kafka, cluster.settings.redis_url(), tmp_path)
 
 

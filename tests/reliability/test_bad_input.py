@@ -51,20 +51,15 @@ from tests.reliability.harness import (
     sessions_spread,
     verify_all,
 )
+from tests.support.topics import fresh_topics
 from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
 def bad(cluster: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Namespace]:
     """One pipeline for the module; the bad-input tests share it (and prove it survives)."""
-    from servicekit.settings import KafkaSettings
-    from servicekit.topics import ensure_topics
 
-    kafka = KafkaSettings(
-        bootstrap_servers=cluster.settings.bootstrap_servers(),
-        topic_prefix=f"bad-{uuid.uuid4().hex[:10]}.dsh.session",
-    )
-    ensure_topics(kafka, PARTITIONS)
+    kafka = fresh_topics(cluster.settings.bootstrap_servers(), PARTITIONS, "bad")
     ns = Namespace(kafka, cluster.settings.redis_url(), tmp_path_factory.mktemp("bad-input"))
     with Pipeline(ns) as pipeline:
         ns.pipeline = pipeline  # type: ignore[attr-defined]

@@ -32,11 +32,10 @@ from agents import set_tracing_disabled
 
 from producers import SessionClient
 from producers.agents_session import DshAgentsSession
-from servicekit.settings import KafkaSettings
-from servicekit.topics import ensure_topics
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.agents_sdk import sdk_responses
 from tests.integration.writer_support import running_writer, writer_settings
+from tests.support.topics import fresh_topics
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
 sys.modules.setdefault("tests.test_responses", sdk_responses)
@@ -58,11 +57,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 @pytest.fixture(scope="module")
 def sdk_client(servers: Servers) -> Iterator[SessionClient]:
-    settings = KafkaSettings(
-        bootstrap_servers=servers.bootstrap_servers,
-        topic_prefix=f"test-{uuid.uuid4().hex[:12]}.dsh.session",
-    )
-    ensure_topics(settings, TEST_PARTITIONS)
+    settings = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS)
     with running_writer(settings, writer_settings()), SessionClient(settings=settings) as c:
         yield c
     gc.collect()  # run results keep sessions, and with them the closed client (see below)
