@@ -20,9 +20,9 @@ from projectors.runtime import Runtime
 from projectors.settings import ProjectorSettings
 from projectors.topic_reader import read_session
 from projectors.verify import Report, verify
-from servicekit.health import ServiceSettings, record_clean_exit
+from servicekit.health import Health, ServiceSettings, record_clean_exit
 from servicekit.interpreters import parse_interpreters
-from servicekit.ports import require_free_port, serve_metrics
+from servicekit.ports import require_free_port, serve_http
 from servicekit.progress import Progress
 from servicekit.redis_clients import redis_client
 from servicekit.settings import KafkaSettings, RedisSettings
@@ -32,9 +32,14 @@ METRICS_PORT = {"writer": "DSH_WRITER_METRICS_PORT", "projector": "DSH_PROJECTOR
 
 
 def build_runtime(
-    name: str, kafka: KafkaSettings, redis_settings: RedisSettings, settings: ProjectorSettings
+    name: str,
+    kafka: KafkaSettings,
+    redis_settings: RedisSettings,
+    settings: ProjectorSettings,
+    health: Health | None = None,
 ) -> Runtime[Any]:
-    return Runtime(build_projection(name, settings), kafka, redis_client(redis_settings), settings)
+    client = redis_client(redis_settings)
+    return Runtime(build_projection(name, settings), kafka, client, settings, health)
 
 
 def serve_projector(name: str, kafka: KafkaSettings, redis_settings: RedisSettings) -> None:
@@ -43,8 +48,9 @@ def serve_projector(name: str, kafka: KafkaSettings, redis_settings: RedisSettin
     settings, service = ProjectorSettings(), ServiceSettings()
     require_free_port(settings.metrics_port, "/metrics", METRICS_PORT["projector"])
     log.info("projector %s starting: Redis, then group %s", name, settings.group_id(name))
-    runtime = build_runtime(name, kafka, redis_settings, settings)
-    serve_metrics(settings.metrics_port, METRICS_PORT["projector"])
+    health = Health(service.stall_s)
+    runtime = build_runtime(name, kafka, redis_settings, settings, health)
+    serve_http(settings.metrics_port, METRICS_PORT["projector"], health)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -66,8 +72,9 @@ def serve_writer(kafka: KafkaSettings, log_level: str = "INFO") -> int:
     gc.set_threshold(100_000, 50, 100)
     settings, service = WriterSettings(), ServiceSettings()
     require_free_port(settings.metrics_port, "/metrics", METRICS_PORT["writer"])
-    writer = Writer(kafka, settings, failpoints=Failpoints(settings.failpoint))
-    serve_metrics(settings.metrics_port, METRICS_PORT["writer"])
+    health = Health(service.stall_s)
+    writer = Writer(kafka, settings, failpoints=Failpoints(settings.failpoint), health=health)
+    serve_http(settings.metrics_port, METRICS_PORT["writer"], health)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         logging.getLogger("dsh.writer").info("signal %d: stopping", signum)

@@ -42,7 +42,11 @@ class ProjectorSettings(StrictSettings):
     """How often the projector heartbeats its group, capped at a third of the session timeout;
     it bounds how long an instance takes to hear that another joined or left."""
     metrics_port: int = 0
-    """Port of the Prometheus `/metrics` endpoint (`0`: none)."""
+    """Port of the HTTP endpoints `/metrics` (Prometheus), `/livez` and `/readyz` (`0`:
+    none)."""
+    ready_max_lag: Annotated[int, Field(ge=0)] = 10_000
+    """`/readyz` fails while the projector is more than this many records behind the ends of
+    its partitions (summed over them), e.g. catching up after a start or a replay."""
     stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
     """An offset commit still waiting 30 s plus this long ends the process with exit code 70,
     for its supervisor to restart (`0`: wait for ever)."""

@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from dsh.errors import SessionError
 from serve.access import clients
 from serve.appends import ERRORS
 from serve.clients import Clients
-from serve.problems import response
+from servicekit import health
+from servicekit.redis_clients import redis_unreachable
 from servicekit.topics import partition_counts
 
 router = APIRouter()
@@ -35,11 +37,7 @@ def _checks(found: Clients) -> dict[str, str]:
         checks["kafka"] = "ok"
     except SessionError as exc:  # unreachable, refused, or a topic missing
         checks["kafka"] = f"[{exc.code}] {exc.message}"
-    try:
-        found.redis.ping()
-        checks["redis"] = "ok"
-    except Exception as exc:  # any failure to answer is "not ready", with what it was
-        checks["redis"] = f"[REDIS_UNREACHABLE] {type(exc).__name__}: {exc}"
+    checks["redis"] = health.run(lambda: redis_unreachable(found.redis))
     return checks
 
 
@@ -49,9 +47,7 @@ def _checks(found: Clients) -> dict[str, str]:
     responses={503: ERRORS[503]},
 )
 async def readyz(request: Request) -> Any:
-    checks = await run_in_threadpool(_checks, clients(request))
-    failing = {name: why for name, why in checks.items() if why != "ok"}
-    if not failing:
-        return {"status": "ready", "checks": checks}
-    detail = "; ".join(f"{name}: {why}" for name, why in failing.items())
-    return response(503, "NOT_READY", detail, checks=checks)
+    status, body = health.verdict(await run_in_threadpool(_checks, clients(request)))
+    if status == 200:
+        return body
+    return JSONResponse(body, status_code=status, media_type=health.MEDIA_TYPE)

@@ -180,6 +180,9 @@ class Membership:
         self._log = log
         self._name = name
         self._error: Exception | None = None
+        # Whether the group has given this member an assignment yet (an empty one too: more
+        # members than partitions). Before that, it serves nothing and knows no lag.
+        self.joined = False
         consumer.subscribe(
             list(topics), on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
         )
@@ -190,6 +193,7 @@ class Membership:
             raise error
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.joined = True
         if not partitions:
             return
         try:

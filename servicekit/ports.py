@@ -1,12 +1,23 @@
-"""Ports a process binds: a taken one is ``PORT_IN_USE`` naming the setting that chose it,
-never an ``OSError`` traceback."""
+"""Ports a process binds, and the HTTP port of a service (``/metrics``, ``/livez``,
+``/readyz``): a taken one is ``PORT_IN_USE`` naming the setting that chose it, never an
+``OSError`` traceback."""
 
 from __future__ import annotations
 
 import errno
+import json
 import socket
+import threading
+from collections.abc import Iterable
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from dsh.errors import SessionError, register_error
+from servicekit.health import MEDIA_TYPE, Health
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication
 
 
 @register_error
@@ -38,15 +49,51 @@ def require_free_port(port: int, purpose: str, setting: str) -> None:
         raise PortInUseError(port, purpose, setting)
 
 
-def serve_metrics(port: int, setting: str) -> None:
-    """Prometheus ``/metrics`` on ``port`` (``0``: none), as ``PORT_IN_USE`` if it is taken."""
-    from prometheus_client import start_http_server
-
+def serve_http(port: int, setting: str, health: Health) -> WSGIServer | None:
+    """``/metrics`` (Prometheus), ``/livez`` and ``/readyz`` (``health``) on ``port`` (``0``:
+    none), on daemon threads until ``shutdown()``; a taken port is ``PORT_IN_USE`` naming
+    ``setting``."""
     if not port:
-        return
+        return None
     try:
-        start_http_server(port)
+        server = make_server("", port, _app(health), _ThreadingServer, _QuietHandler)
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
         raise PortInUseError(port, "/metrics", setting) from None
+    threading.Thread(target=server.serve_forever, name="dsh-http", daemon=True).start()
+    return server
+
+
+def _app(health: Health) -> WSGIApplication:
+    from prometheus_client import make_wsgi_app  # only the services need it, not every command
+
+    metrics: WSGIApplication = make_wsgi_app()
+    probes = {"/livez": health.liveness, "/readyz": health.readiness}
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        probe = probes.get(environ.get("PATH_INFO", ""))
+        if probe is None:
+            return metrics(environ, start_response)
+        status, body = probe()
+        data = json.dumps(body).encode()
+        media = "application/json" if status == 200 else MEDIA_TYPE
+        reason = "OK" if status == 200 else "Service Unavailable"
+        start_response(
+            f"{status} {reason}",
+            [("Content-Type", media), ("Content-Length", str(len(data)))],
+        )
+        return [data]
+
+    return app
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """A slow readiness check (a Redis that does not answer) holds up only its own request."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # a probe every few seconds
+        pass

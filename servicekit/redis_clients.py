@@ -16,3 +16,13 @@ def redis_client(settings: RedisSettings) -> RedisClient:
     if settings.cluster:
         return redis.RedisCluster.from_url(url, **kwargs)
     return redis.Redis.from_url(url, **kwargs)
+
+
+def redis_unreachable(client: RedisClient) -> str | None:
+    """A readiness check: ``None`` when Redis answers a PING within the client's socket
+    timeouts, else why not."""
+    try:
+        client.ping()
+    except Exception as exc:  # refused, timed out, a cluster node down: all "not ready"
+        return f"[REDIS_UNREACHABLE] {type(exc).__name__}: {exc}"
+    return None

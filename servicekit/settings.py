@@ -8,10 +8,10 @@ fall back to a default and point a service at the wrong cluster.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dsh.errors import SessionError, register_error
@@ -154,11 +154,21 @@ class RedisSettings(StrictSettings):
     """Password of the ACL user (or of `AUTH` without one)."""
     ssl_ca_certs: str | None = None
     """CA certificate (PEM file) that verifies the Redis server over TLS."""
+    # Without them a Redis that accepts and never answers (a frozen host, a full backlog)
+    # stalls a projector's loop and every readiness check for ever.
+    socket_connect_timeout_s: Annotated[float, Field(gt=0)] = 5.0
+    """How long a connection to Redis may take before it fails (and is retried)."""
+    socket_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    """How long a command may wait for Redis's answer before it fails (and is retried); keep
+    it above the longest blocking read (`dsh tail`'s `XREAD BLOCK` waits 1 s)."""
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``redis.Redis.from_url(url, **kwargs)`` (and for
         ``redis.RedisCluster.from_url``)."""
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {
+            "socket_connect_timeout": self.socket_connect_timeout_s,
+            "socket_timeout": self.socket_timeout_s,
+        }
         if self.username is not None:
             kwargs["username"] = self.username
         if self.password is not None:

@@ -8,18 +8,21 @@ demo's offload is accepted by the writer and projected by the surface projector.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from deploy.local.errors import LocalStackError
 from deploy.local.processes import ManagedProcess, port_accepts
 from deploy.local.settings import LocalStackSettings
 from interpreters import OFFLOAD_SPEC
-from servicekit.health import not_ready
+from servicekit.health import failing
 
 PROJECTIONS = ("surface", "transcript", "audit")
 
@@ -47,7 +50,11 @@ class Service:
         )
 
     def metrics_url(self) -> str | None:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics" if self.metrics_port else None
+        return self.url("/metrics")
+
+    def url(self, path: str) -> str | None:
+        """``path`` (``/metrics``, ``/livez``, ``/readyz``) on the service's HTTP port."""
+        return f"http://127.0.0.1:{self.metrics_port}{path}" if self.metrics_port else None
 
 
 class Services:
@@ -111,14 +118,13 @@ class Services:
         self._wait_checks_pass(deadline)
 
     def _wait_checks_pass(self, deadline: float) -> None:
-        """Until every service's readiness checks pass (a service already running when Redis
-        came back says so at its next call), or the deadline: `dsh status` then names what
-        still fails."""
+        """Until every service's ``/readyz`` passes, or the deadline: `dsh status` then names
+        what still fails."""
         for service in self.all:
-            url = service.metrics_url()
+            url = service.url("/readyz")
             while url is not None and time.monotonic() < deadline:
-                page = metrics_page(url)
-                if page is not None and not not_ready(page):
+                answer = probe(url)
+                if answer is not None and not failing(answer):
                     break
                 time.sleep(0.1)
 
@@ -159,6 +165,23 @@ def metrics_page(url: str) -> str | None:
             return str(response.read().decode())
     except OSError:
         return None
+
+
+def probe(url: str, timeout_s: float = 3.0) -> dict[str, Any] | None:
+    """The JSON body of a ``/readyz`` or ``/livez`` answer, ready (200) or not (503); None when
+    nothing answers in time."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+    except OSError:
+        return None
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return {"checks": {"response": f"not JSON: {body[:200]!r}"}}
+    return found if isinstance(found, dict) else {"checks": {"response": str(found)[:200]}}
 
 
 def _gauge(url: str, name: str) -> float | None:

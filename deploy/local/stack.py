@@ -13,9 +13,9 @@ from deploy.local.kafka import KafkaCluster, ensure_kafka_jars
 from deploy.local.processes import port_accepts, require_free_ports
 from deploy.local.record import describe, identity, read_record, remove_record, write_record
 from deploy.local.redis_server import RedisServer, ensure_redis_server
-from deploy.local.services import Service, Services, metrics_page
+from deploy.local.services import Service, Services, probe
 from deploy.local.settings import LocalStackSettings
-from servicekit.health import exited_cleanly, not_ready
+from servicekit.health import exited_cleanly, failing
 from servicekit.settings import KafkaSettings
 from servicekit.topics import ensure_topics
 
@@ -28,7 +28,8 @@ class ComponentStatus:
     healthy: bool
     detail: str
     # What `dsh status` prints in its health column: "healthy" or "DOWN" when empty; a
-    # service can also be "stopped" (a clean exit) or "not ready" (a dependency is missing).
+    # service can also be "stopped" (a clean exit), "not ready" (its /readyz fails: a
+    # dependency is missing, a restore or a catch-up is under way) or "not live" (its /livez).
     state: str = ""
 
     def __post_init__(self) -> None:
@@ -161,8 +162,9 @@ class LocalStack:
         return statuses
 
     def _service_status(self, service: Service) -> ComponentStatus:
-        """Alive and answering on /metrics, with every readiness check of its page passing;
-        a service gone after a clean stop (SIGTERM) is stopped, any other gone one died."""
+        """Running, with its ``/livez`` and ``/readyz`` passing (not ready: each failing check
+        and why); a service gone after a clean stop (SIGTERM) is stopped, any other gone one
+        died."""
         pid = service.process().pid()
         port = service.metrics_port
         healthy, detail, state = pid is not None, f"log {service.log_file}", ""
@@ -171,17 +173,20 @@ class LocalStack:
                 state, detail = "stopped", "stopped cleanly (SIGTERM); `dsh up` starts it again"
             else:
                 detail = f"DIED; see {service.log_file}"
-        elif (url := service.metrics_url()) is not None:
-            page = metrics_page(url)
-            failing = [] if page is None else not_ready(page)
-            if page is None:
-                healthy, detail = (
-                    False,
-                    f"/metrics on port {port} does not answer; see {service.log_file}",
-                )
-            elif failing:
-                healthy, state = False, "not ready"
-                detail = f"NOT READY: cannot reach {', '.join(failing)}; see {service.log_file}"
+        elif service.metrics_port:
+            for path, verdict in (("/livez", "not live"), ("/readyz", "not ready")):
+                answer = probe(f"http://127.0.0.1:{port}{path}")
+                if answer is None:
+                    healthy, detail = False, f"{path} on port {port} does not answer"
+                elif failed := failing(answer):
+                    healthy, state = False, verdict
+                    detail = f"{verdict.upper()}: " + "; ".join(
+                        f"{name}: {_short(why)}" for name, why in failed.items()
+                    )
+                else:
+                    continue
+                detail += f"; see {service.log_file}"
+                break
         return ComponentStatus(service.name, pid, port, healthy, detail, state)
 
     def _redis_answers(self) -> bool:
@@ -191,3 +196,9 @@ class LocalStack:
             return bool(redis.Redis(port=self.redis.port, socket_timeout=1).ping())
         except redis.RedisError:
             return False
+
+
+def _short(why: str, most: int = 160) -> str:
+    """A check's reason as one line of a status table (the whole of it is in the log)."""
+    line = " ".join(why.split())
+    return line if len(line) <= most else line[: most - 1] + "…"

@@ -18,7 +18,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -39,8 +40,9 @@ from producers.writer.takeover import offsets_metadata
 from producers.writer.transaction import Failure
 from servicekit import kafka_clients
 from servicekit.gc_tuning import observe_gc_pauses, young_gc_threshold
+from servicekit.health import Health
 from servicekit.interpreters import parse_interpreters
-from servicekit.kafka_clients import Membership
+from servicekit.kafka_clients import Membership, partition_ids
 from servicekit.settings import ConfigError, KafkaSettings
 from servicekit.topics import Topics, partition_counts
 from servicekit.watchdog import CallWatchdog
@@ -59,9 +61,11 @@ class Writer:
         *,
         interpreters: Mapping[str, Interpreter] | None = None,
         failpoints: Failpoints = NONE,
+        health: Health | None = None,
     ) -> None:
         """``interpreters``: the message-projection interpreters of every session (default:
-        those ``settings.projections`` names)."""
+        those ``settings.projections`` names). ``health``: where the writer reports its loop's
+        rounds and its readiness check ``partitions``."""
         self.kafka = kafka
         self.settings = settings
         self.topics = Topics.of(kafka)
@@ -103,6 +107,9 @@ class Writer:
         # A commit that failed in a rebalance callback, recovered once poll returns.
         self._deferred: Failure | None = None
         self._last_batch_at = 0.0  # monotonic time the last batch was taken
+        self.health = health or Health()
+        self.health.check("partitions", self._not_serving)
+        self._restoring: list[int] = []  # the partitions being restored now
 
     @property
     def partitions(self) -> dict[int, PartitionState]:
@@ -120,6 +127,7 @@ class Writer:
         try:
             with young_gc_threshold(self.settings.gc_threshold):
                 while not self._stop.is_set():
+                    self.health.beat()
                     self._step()
                     if freeze and gc.get_count()[1]:
                         # A young collection ran: what it left is long-lived session state
@@ -195,7 +203,26 @@ class Writer:
 
     def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         assert self._consumer is not None
-        return self.ownership.restore(self._consumer, partitions)
+        with self._restoring_now(partitions):
+            return self.ownership.restore(self._consumer, partitions)
+
+    @contextmanager
+    def _restoring_now(self, partitions: list[TopicPartition]) -> Iterator[None]:
+        """Not ready while it restores; alive, as the restore has a deadline of its own."""
+        self._restoring = partition_ids(partitions)
+        try:
+            with self.health.busy():
+                yield
+        finally:
+            self._restoring = []
+
+    def _not_serving(self) -> str | None:
+        """Readiness: a member of the group, with every partition it was assigned restored."""
+        if self._restoring:
+            return f"restoring partitions {self._restoring}"
+        if self._membership is None or not self._membership.joined:
+            return f"not assigned its partitions by group {self.settings.group_id} yet"
+        return None
 
     def revoke(self, partitions: list[TopicPartition]) -> None:
         # The transaction still committing may hold commands of these partitions: it ends
@@ -355,7 +382,8 @@ class Writer:
         del failed, failures
         self._sweep_frozen_heap()
         if owned:
-            self.ownership.rewind(self._consumer, owned)
+            with self._restoring_now(owned):
+                self.ownership.rewind(self._consumer, owned)
         return True
 
     def _sweep_frozen_heap(self) -> None:

@@ -85,7 +85,8 @@ class WriterSettings(StrictSettings):
     """A transactional Kafka call still running this long past its timeout ends the process
     with exit code 70, for its supervisor to restart (`0`: wait for ever)."""
     metrics_port: Annotated[int, Field(ge=0)] = 9464
-    """Port of the Prometheus `/metrics` endpoint (`0`: none)."""
+    """Port of the HTTP endpoints `/metrics` (Prometheus), `/livez` and `/readyz` (`0`:
+    none)."""
     projections: str = ""
     """Message-projection interpreters, `event/type=package.module:function,…`; an event of a
     projection type with no interpreter here is rejected. The projectors need the same."""

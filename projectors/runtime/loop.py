@@ -30,8 +30,8 @@ from projectors.runtime.sessions import SessionStore
 from projectors.runtime.watch import RedisWatch
 from projectors.scripts import load_all
 from projectors.settings import ProjectorSettings
-from servicekit import health
 from servicekit.gc_tuning import young_gc_threshold
+from servicekit.health import Health
 from servicekit.kafka_clients import Membership
 from servicekit.partition_reader import PartitionReadError
 from servicekit.watchdog import CallWatchdog
@@ -71,6 +71,7 @@ class Loop(Generic[S]):
         rebuilds: Rebuilds[S],
         watch: RedisWatch,
         stats: Counter[str],
+        health: Health,
     ) -> None:
         self.name = name
         self.topic = topic
@@ -81,6 +82,7 @@ class Loop(Generic[S]):
         self.rebuilds = rebuilds
         self.watch = watch
         self.stats = stats
+        self.health = health  # told of each round, and of each retry while Redis is away
         self.inflight: Batch | None = None  # submitted to Redis, not settled yet
         self._consumer: Consumer | None = None  # while run() runs
         self._published: Counter[str] = Counter()  # stats already counted in Prometheus
@@ -95,6 +97,7 @@ class Loop(Generic[S]):
         try:
             with young_gc_threshold(self.settings.gc_threshold):
                 while not stop.is_set():
+                    self.health.beat()
                     if self.watch.due():
                         self._step(consumer, [], stop)  # settle what is in flight first
                         self.watch.housekeeping(consumer)
@@ -243,7 +246,6 @@ class Loop(Generic[S]):
             redo = [*(self.inflight.messages if self.inflight else ()), *messages]
             self.inflight = None
             self.store.reset()
-            _report_redis(exc)
             if stop.is_set() or not redo:
                 raise
             log.warning("projector %s: %s; retrying %d records", self.name, exc, len(redo))
@@ -264,8 +266,8 @@ class Loop(Generic[S]):
                 self.process(messages)
                 return
             except _RETRYABLE as exc:
+                self.health.beat()  # waiting for Redis is progress: a restart would not help
                 self.store.reset()
-                _report_redis(exc)
                 if stop.is_set():
                     raise
                 log.warning("projector %s: %s; retrying the batch", self.name, exc)
@@ -276,9 +278,3 @@ class Loop(Generic[S]):
         self.stats["commit_failed"] += 1
         metrics.COMMIT_FAILURES.labels(self.name).inc()
         log.warning("projector %s: offset commit failed: %s", self.name, cause)
-
-
-def _report_redis(exc: Exception) -> None:
-    """A batch that Redis did not answer makes the projector not ready until it does again."""
-    if isinstance(exc, redis.RedisError):
-        health.report("redis", False)

@@ -28,7 +28,9 @@ from projectors.scripts import load_all
 from projectors.settings import ProjectorSettings
 from servicekit import kafka_clients
 from servicekit.gc_tuning import observe_gc_pauses
+from servicekit.health import Health
 from servicekit.kafka_clients import Membership
+from servicekit.redis_clients import redis_unreachable
 from servicekit.settings import KafkaSettings
 
 S = TypeVar("S")
@@ -42,7 +44,10 @@ class Runtime(Generic[S]):
         kafka: KafkaSettings,
         client: RedisClient,
         settings: ProjectorSettings,
+        health: Health | None = None,
     ) -> None:
+        """``health``: where the projector reports its loop's rounds and its readiness checks
+        ``redis`` and ``lag``."""
         self.projection = projection
         self.name = projection.name
         self.kafka = kafka
@@ -59,9 +64,13 @@ class Runtime(Generic[S]):
             projection, kafka, self.topic, self.store, self.planner, self.poison, self.stats
         )
         self.marks = Marks(client, self.keys, self.name, self.instance)
-        watch = RedisWatch(
+        self.watch = RedisWatch(
             self.name, settings.sentinel_interval_s, self.marks, self.store, self.stats
         )
+        self.health = health or Health()
+        self.health.check("redis", lambda: redis_unreachable(client))
+        self.health.check("lag", self._lag_over_bound)
+        self._membership: Membership | None = None  # while run() runs
         self.loop = Loop(
             self.name,
             self.topic,
@@ -70,8 +79,9 @@ class Runtime(Generic[S]):
             self.planner,
             self.poison,
             self.rebuilds,
-            watch,
+            self.watch,
             self.stats,
+            self.health,
         )
         self.ownership = Ownership(
             self.name, self.marks, self.store, self.stats, self.loop.settle_before_rebalance
@@ -109,7 +119,7 @@ class Runtime(Generic[S]):
             ),
             on_commit=self.loop.on_commit,
         )
-        membership = Membership(
+        membership = self._membership = Membership(
             consumer, [self.topic], self.ownership, log, f"projector {self.name}"
         )
         self.marks.touch()
@@ -122,6 +132,7 @@ class Runtime(Generic[S]):
         try:
             self.loop.run(consumer, membership, stop)
         finally:
+            self._membership = None
             self.store.close()
             consumer.close()
             self.poison.close()
@@ -130,6 +141,18 @@ class Runtime(Generic[S]):
     def process(self, messages: Sequence[Message]) -> None:
         """Apply one batch from start to finish (nothing else in flight)."""
         self.loop.process(messages)
+
+    def _lag_over_bound(self) -> str | None:
+        """Readiness: a member of its group, at most ``ready_max_lag`` records behind."""
+        bound = self.settings.ready_max_lag
+        if self._membership is None or not self._membership.joined:
+            return f"not assigned its partitions by group {self.settings.group_id(self.name)} yet"
+        lag = self.watch.lag
+        if lag is None:
+            return "consumer lag not measured yet (a partition not fetched from)"
+        if lag > bound:
+            return f"{lag} records behind its partitions' ends (bound: {bound})"
+        return None
 
     def rebuild(self, sessions: Mapping[int, set[str]], cause: str) -> None:
         """Replace each session's keys (partition → sessions) with a projection of its whole

@@ -1,6 +1,7 @@
 """Watching Redis between batches: the sentinel that tells that Redis lost its data (FLUSHALL,
 an empty restart; the partitions are then replayed from the start, see
-:mod:`projectors.marks`), and the gauges (lag, blocked sessions)."""
+:mod:`projectors.marks`), and the gauges (lag, blocked sessions). The lag is kept for the
+readiness check too."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from projectors import metrics
 from projectors.marks import Marks
 from projectors.runtime.sessions import SessionStore
-from servicekit import health
 
 log = logging.getLogger("projectors")
 
@@ -36,6 +36,9 @@ class RedisWatch:
         self.stats = stats
         self._next_check = 0.0
         self._replay_pending = False  # Redis lost its data; the seek to the start is to come
+        # Records behind the ends of the assigned partitions at the last look; None until
+        # every one of them has a known position and end.
+        self.lag: int | None = None
 
     def due(self) -> bool:
         return self._replay_pending or time.monotonic() >= self._next_check
@@ -44,10 +47,7 @@ class RedisWatch:
         try:
             self._check_redis(consumer)
         except redis.RedisError as exc:  # the next round tries again; batches retry on their own
-            health.report("redis", False)
             log.warning("projector %s: housekeeping: %s", self.name, exc)
-        else:
-            health.report("redis", True)
 
     def _check_redis(self, consumer: Consumer) -> None:
         now = time.monotonic()
@@ -93,10 +93,16 @@ class RedisWatch:
         try:
             assignment = consumer.assignment()
             positions = consumer.position(assignment) if assignment else []
+            total: int | None = 0
             for tp in positions:
                 _, high = consumer.get_watermark_offsets(tp, cached=True)
                 if tp.offset >= 0 and high >= 0:
-                    metrics.LAG.labels(self.name, str(tp.partition)).set(max(high - tp.offset, 0))
+                    lag = max(high - tp.offset, 0)
+                    metrics.LAG.labels(self.name, str(tp.partition)).set(lag)
+                    total = None if total is None else total + lag
+                else:
+                    total = None  # not fetched from yet
+            self.lag = total
             metrics.BLOCKED.labels(self.name).set(self.store.client.scard(self.store.blocked_key))
         except Exception as exc:  # metrics never stop the projector
             log.debug("projector %s: gauges: %s", self.name, exc)

@@ -13,7 +13,6 @@ import pytest
 from cli import endpoints
 from deploy.local.record import read_record, remove_record, resolved_settings, write_record
 from deploy.local.settings import LocalStackSettings
-from servicekit.health import not_ready
 
 
 @pytest.fixture
@@ -97,9 +96,3 @@ def test_a_record_not_written_by_dsh_up_is_ignored_not_trusted(
     assert resolved_settings().redis_port == LocalStackSettings().redis_port
     assert endpoints.kafka_settings().bootstrap_servers == LocalStackSettings().bootstrap_servers()
     assert "no local stack is recorded" in capsys.readouterr().err
-
-
-def test_readiness_checks_that_fail_are_read_from_a_metrics_page() -> None:
-    page = 'dsh_ready{check="redis"} 0.0\ndsh_ready{check="kafka"} 1.0\nother 0.0\n'
-    assert not_ready(page) == ["redis"]
-    assert not_ready("dsh_projector_lag 3.0\n") == []
