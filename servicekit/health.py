@@ -32,8 +32,8 @@ PROBLEM_BASE = "https://dsh-pipeline.dev/problems/"
 
 
 class ServiceSettings(StrictSettings):
-    """What every long-running service shares: its liveness bound and what it records for the
-    local stack's `dsh status` (``DSH_SERVICE_*``)."""
+    """What the writer and the projectors share: their liveness bound, and what they record
+    for the local stack's `dsh status` (``DSH_SERVICE_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="DSH_SERVICE_", extra="forbid", frozen=True)
 
@@ -41,9 +41,8 @@ class ServiceSettings(StrictSettings):
     """File where the service records a clean stop (SIGTERM, SIGINT), so `dsh status` tells a
     stopped service from one that died; `dsh up` sets it for the services it starts."""
     stall_s: Annotated[float, Field(gt=0)] = 120.0
-    """`/livez` fails once the service's loop has not come round for this long (a writer
-    restoring partitions is alive while it restores): the supervisor then restarts it. Stuck
-    Kafka calls are ended sooner by the watchdog (`stuck_call_grace_s`)."""
+    """`/livez` fails once the service's main loop has made no progress for this long (a
+    writer restoring partitions counts as progress), and its supervisor restarts it."""
 
 
 class Health:
