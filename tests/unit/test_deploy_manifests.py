@@ -465,9 +465,13 @@ def test_compose_healthchecks_probe_the_port_the_service_serves() -> None:
     checked = 0
     for name, service in compose_services().items():
         probe = " ".join(service.get("healthcheck", {}).get("test", []))
-        for port in re.findall(r"127\.0\.0\.1:(\d+)/metrics", probe):
-            ports = {v for k, v in compose_env(service).items() if k.endswith("_METRICS_PORT")}
-            assert ports == {port}, f"{name} probes {port} but serves /metrics on {ports}"
+        ports = {v for k, v in compose_env(service).items() if k.endswith("_METRICS_PORT")}
+        if not ports:
+            continue  # not one of ours
+        for port, path in re.findall(r"127\.0\.0\.1:(\d+)(/\w+)", probe):
+            assert ports == {port}, f"{name} probes {port} but serves /readyz on {ports}"
+            # Healthy gates depends_on: it must mean ready, not merely "answers /metrics".
+            assert path == "/readyz", f"{name} probes {path}"
             checked += 1
     assert checked == 5, "two writers and three projectors"
 
@@ -579,7 +583,7 @@ def test_pods_are_hardened_and_free_of_injected_dsh_variables() -> None:
         assert not any(env_name.startswith(p) for p in PREFIXES), service["metadata"]["name"]
 
 
-def test_deployments_have_probes_on_the_metrics_port_and_budgets() -> None:
+def test_deployments_probe_readyz_and_livez_and_have_budgets() -> None:
     deployments = k8s_of_kind("Deployment")
     budgets = {
         tuple(sorted(b["spec"]["selector"]["matchLabels"].items()))
@@ -594,8 +598,11 @@ def test_deployments_have_probes_on_the_metrics_port_and_budgets() -> None:
         assert tuple(sorted(selector.items())) in services, f"{name} has no metrics Service"
         for container in doc["spec"]["template"]["spec"]["containers"]:
             assert container["image"] == "dsh-pipeline", name
-            for probe in ("readinessProbe", "livenessProbe"):
-                assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+            probes = {p: container[p]["httpGet"] for p in ("readinessProbe", "livenessProbe")}
+            assert probes == {
+                "readinessProbe": {"path": "/readyz", "port": "metrics"},
+                "livenessProbe": {"path": "/livez", "port": "metrics"},
+            }, name
     (writer,) = [
         d
         for d in deployments
