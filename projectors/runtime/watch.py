@@ -18,6 +18,9 @@ from projectors.marks import Marks
 from projectors.runtime.sessions import SessionStore
 
 log = logging.getLogger("projectors")
+# Asked once per assignment, between batches: a coordinator away longer leaves the lag unknown
+# (the projector not ready) until the next look.
+_COMMITTED_TIMEOUT_S = 2.0
 
 
 class RedisWatch:
@@ -39,6 +42,8 @@ class RedisWatch:
         # Records behind the ends of the assigned partitions at the last look; None until
         # every one of them has a known position and end.
         self.lag: int | None = None
+        self._assigned: frozenset[TopicPartition] = frozenset()
+        self._committed: dict[int, int] = {}  # of the partitions not taken from yet
 
     def due(self) -> bool:
         return self._replay_pending or time.monotonic() >= self._next_check
@@ -89,15 +94,35 @@ class RedisWatch:
         metrics.REBUILDS.labels(self.name, "redis-lost").inc()
         return True
 
+    def _positions(
+        self, consumer: Consumer, assignment: list[TopicPartition]
+    ) -> list[TopicPartition]:
+        """Where the projector is in each partition: past its last record taken, or, in one it
+        has taken nothing from yet (an idle one), the group's committed offset, asked once per
+        assignment."""
+        if frozenset(assignment) != self._assigned:
+            self._assigned, self._committed = frozenset(assignment), {}
+        positions = consumer.position(assignment) if assignment else []
+        unknown = [tp for tp in positions if tp.offset < 0 and tp.partition not in self._committed]
+        if unknown:
+            for tp in consumer.committed(unknown, timeout=_COMMITTED_TIMEOUT_S):
+                self._committed[tp.partition] = tp.offset
+        return [
+            tp
+            if tp.offset >= 0
+            else TopicPartition(tp.topic, tp.partition, self._committed[tp.partition])
+            for tp in positions
+        ]
+
     def _report_gauges(self, consumer: Consumer) -> None:
         try:
             assignment = consumer.assignment()
-            positions = consumer.position(assignment) if assignment else []
             total: int | None = 0
-            for tp in positions:
-                _, high = consumer.get_watermark_offsets(tp, cached=True)
-                if tp.offset >= 0 and high >= 0:
-                    lag = max(high - tp.offset, 0)
+            for tp in self._positions(consumer, assignment):
+                low, high = consumer.get_watermark_offsets(tp, cached=True)
+                start = tp.offset if tp.offset >= 0 else low  # nothing committed: the start
+                if start >= 0 and high >= 0:
+                    lag = max(high - start, 0)
                     metrics.LAG.labels(self.name, str(tp.partition)).set(lag)
                     total = None if total is None else total + lag
                 else:
