@@ -4,12 +4,8 @@ whole local stack (test_stack_identity.py)."""
 
 from __future__ import annotations
 
-import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -20,15 +16,8 @@ from servicekit.health import Health
 from servicekit.ports import serve_http
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import PARTITIONS, writer_settings
+from tests.support.probes import probe
 from tests.support.waiting import wait_for
-
-
-def _get(port: int, path: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def test_a_writer_is_ready_only_once_its_partitions_are_restored(
@@ -51,20 +40,20 @@ def test_a_writer_is_ready_only_once_its_partitions_are_restored(
     assert server is not None
     thread = threading.Thread(target=writer.run, name="writer", daemon=True)
     try:
-        status, body = _get(port, "/readyz")
+        status, body = probe(port, "/readyz")
         assert status == 503 and body["code"] == "NOT_READY"
         assert "not assigned its partitions" in body["checks"]["partitions"]
 
         thread.start()
         assert restoring.wait(60), "the group never assigned the writer its partitions"
-        status, body = _get(port, "/readyz")
+        status, body = probe(port, "/readyz")
         assert status == 503, body
         assert body["checks"]["partitions"] == f"restoring partitions {list(range(PARTITIONS))}"
-        assert _get(port, "/livez")[0] == 200  # a restore is progress, not a hang
+        assert probe(port, "/livez")[0] == 200  # a restore is progress, not a hang
 
         release.set()
-        wait_for(lambda: _get(port, "/readyz")[0] == 200, 60, "the writer to become ready")
-        assert _get(port, "/readyz")[1] == {"status": "ready", "checks": {"partitions": "ok"}}
+        wait_for(lambda: probe(port, "/readyz")[0] == 200, 60, "the writer to become ready")
+        assert probe(port, "/readyz")[1] == {"status": "ready", "checks": {"partitions": "ok"}}
         assert len(writer.owned()) == PARTITIONS
     finally:
         release.set()

@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from deploy.local.processes import free_ports, port_is_free
+from tests.support.probes import probe
 from tests.support.processes import free_port_run, run_dsh
 from tests.support.waiting import wait_for
 
@@ -125,31 +124,23 @@ def test_a_new_shell_follows_the_running_stack(stack: dict[str, str], tmp_path: 
     assert f"127.0.0.1:{dead}" in explicit.stderr
 
 
-def _probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def test_a_projector_that_cannot_reach_redis_is_not_ready_until_redis_is_back(
     stack: dict[str, str],
 ) -> None:
     before = _status(stack)
     surface = before["project-surface"]["port"]
-    assert _probe(surface, "/readyz") == (
+    assert probe(surface, "/readyz") == (
         200,
         {"status": "ready", "checks": {"redis": "ok", "lag": "ok"}},
     )
     os.kill(before["redis"]["pid"], signal.SIGKILL)  # a crash: the projectors' calls are refused
     try:
-        wait_for(lambda: _probe(surface, "/readyz")[0] == 503, 30, "the surface projector's 503")
-        status, body = _probe(surface, "/readyz")
+        wait_for(lambda: probe(surface, "/readyz")[0] == 503, 30, "the surface projector's 503")
+        status, body = probe(surface, "/readyz")
         assert (status, body["code"]) == (503, "NOT_READY"), body
         assert body["checks"]["redis"].startswith("[REDIS_UNREACHABLE]"), body
         assert body["detail"].startswith("redis: [REDIS_UNREACHABLE]")
-        assert _probe(surface, "/livez")[0] == 200  # waiting for Redis: a restart would not help
+        assert probe(surface, "/livez")[0] == 200  # waiting for Redis: a restart would not help
         projectors = [c for n, c in _status(stack).items() if n.startswith("project-")]
         assert all(c["state"] == "not ready" and not c["healthy"] for c in projectors)
         table = _dsh(stack, "status", timeout=60)
@@ -157,7 +148,7 @@ def test_a_projector_that_cannot_reach_redis_is_not_ready_until_redis_is_back(
     finally:
         restarted = _dsh(stack, "up")
         assert restarted.returncode == 0, restarted.stderr
-    wait_for(lambda: _probe(surface, "/readyz")[0] == 200, 60, "the projector ready again")
+    wait_for(lambda: probe(surface, "/readyz")[0] == 200, 60, "the projector ready again")
     wait_for(lambda: all(c["healthy"] for c in _status(stack).values()), 30, "a healthy stack")
 
 
