@@ -94,9 +94,7 @@ def reads(
         report = attack(target, seconds, workers=workers)
         assert report.success == 1.0, report.status_codes
         out["http_per_s"].append(report.throughput)
-        out["serve_cpu_ms_per_read"].append(
-            (cpu_seconds(serve_pid) - cpu) * 1000 / report.requests
-        )
+        out["serve_cpu_ms_per_read"].append((cpu_seconds(serve_pid) - cpu) * 1000 / report.requests)
     return out
 
 
@@ -119,9 +117,7 @@ async def _fanout(
         for i in range(count):
             time.sleep(max(0.0, start + i / rate - time.monotonic()))
             at = time.monotonic()
-            event = client.append(
-                session_id, "user/message", message(i + 1), surface_op="append"
-            )
+            event = client.append(session_id, "user/message", message(i + 1), surface_op="append")
             acks.append((time.monotonic() - at) * 1000)
             sent[event.seq] = at
 
@@ -131,7 +127,9 @@ async def _fanout(
     finally:
         close(streams)
     delays = [
-        (t.arrivals[seq] - at) * 1000 for t in streams for seq, at in sent.items()
+        (t.arrivals[seq] - at) * 1000
+        for t in streams
+        for seq, at in sent.items()
         if seq in t.arrivals
     ]
     slowest_tail = [
