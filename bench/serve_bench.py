@@ -9,6 +9,9 @@
 - Fan-out: ``--tails`` transcript streams open on one session, then ``--fanout-appends``
   appends at ``--fanout-rate``/s: append to delivery at each tail, p50/p99.
 
+With ``--profile FILE``, one more HTTP round runs with py-spy sampling the server (its stacks
+to FILE), and the frames it spends most samples in are printed: where the time goes.
+
 The load tool, vegeta, is installed on first use with ``go install`` (a pinned version) into
 the ignored .state/tools/bin. Run against a stack you started (`dsh up --no-services`):
     .venv/bin/python -m bench.serve_bench --bootstrap 127.0.0.1:19092 --redis redis://127.0.0.1:16379/0
@@ -24,11 +27,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.serve_phases import appends, fanout, reads
+from bench.profiling import profile
+from bench.serve_phases import appends, fanout, http_appends, reads
 from bench.stack import (
     begin,
     bench_parser,
@@ -124,6 +129,10 @@ def lines(results: dict[str, Any]) -> list[str]:
             f"tail p50 {f['all_tails_p50_ms']:.1f} ms; the appends' ack p50 "
             f"{f['ack_p50_ms']:.1f} ms p99 {f['ack_p99_ms']:.1f} ms"
         )
+    if "profile" in results:
+        out.append(f"dsh serve's samples during one more HTTP round at {results['rate']:g}/s:")
+    for frame, share in results.get("profile", []):
+        out.append(f"  {share:6.1%}  {frame}")
     return out
 
 
@@ -141,6 +150,7 @@ def main() -> int:
     parser.add_argument("--tails", type=int, default=1000, help="0: no fan-out phase")
     parser.add_argument("--fanout-appends", type=int, default=20)
     parser.add_argument("--fanout-rate", type=float, default=2.0)
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy's stacks to this file")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -165,6 +175,12 @@ def main() -> int:
             results["appends"] = appends(
                 client, url, sessions, args.rate, args.seconds, args.warmup, args.rounds
             )
+            if args.profile:
+                results["profile"] = profile(
+                    serve.pid,
+                    args.profile,
+                    lambda: http_appends(url, sessions, args.rate, args.seconds),
+                )
             read_session = f"surface-{run_id()}"
             fill_surface(client, views, read_session)
             results["reads"] = reads(

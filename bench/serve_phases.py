@@ -27,6 +27,11 @@ def append_target(url: str, session_id: str, i: int) -> Target:
     return Target("POST", f"{url}/v1/sessions/{session_id}/events", json.dumps(body).encode())
 
 
+def http_appends(url: str, sessions: list[str], rate: float, seconds: float) -> Report:
+    """One append a request to ``sessions`` in turn, ``rate`` requests/s for ``seconds``."""
+    return attack([append_target(url, s, i) for i, s in enumerate(sessions)], seconds, rate=rate)
+
+
 def appends(
     client: SessionClient,
     url: str,
