@@ -4,6 +4,7 @@ the frames are ranked by the share of samples they appear in."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -11,6 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+LINE = re.compile(r":\d+\)$")
 
 
 @contextmanager
@@ -34,7 +37,7 @@ def sampled(pid: int, out: Path, rate: int = 200) -> Iterator[None]:
 
 
 def ranked(raw: Path, top: int = 25) -> list[tuple[str, float]]:
-    """The frames in the most samples, each with the share of all samples it is in."""
+    """The functions in the most samples, each with the share of all samples it is in."""
     inclusive: Counter[str] = Counter()
     total = 0
     for line in raw.read_text().splitlines():
@@ -42,7 +45,8 @@ def ranked(raw: Path, top: int = 25) -> list[tuple[str, float]]:
         if not stack or not count.isdigit():
             continue
         total += int(count)
-        for frame in set(stack.split(";")):
+        # A function once however many of its lines the samples fall on: "name (file:line)".
+        for frame in {LINE.sub(")", f) for f in stack.split(";")}:
             inclusive[frame] += int(count)
     return [(frame, n / total) for frame, n in inclusive.most_common(top)] if total else []
 
