@@ -106,7 +106,8 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
 
 def lines(results: dict[str, Any]) -> list[str]:
     s = results["summary"]
-    out = [f"appends at {results['rate']:g}/s, medians of {results['rounds']} rounds:"]
+    out = [f"dsh serve's log: {results['serve_log']}"]
+    out.append(f"appends at {results['rate']:g}/s, medians of {results['rounds']} rounds:")
     for q in ("p50_ms", "p99_ms"):
         a = s[f"append_{q}"]
         out.append(
@@ -161,12 +162,13 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     writer = start_writer(kafka, f"serve-bench-{run_id()}")
     projectors = [start_projector(kafka, args.redis, prefix, p) for p in ("surface", "transcript")]
-    serve = start_serve(
-        kafka, args.redis, prefix, port, {"DSH_SERVE_MAX_STREAMS": str(max(args.tails, 1) + 10)}
-    )
+    # Its log is kept (a failed stream or request leaves its traceback there), and named.
+    log = Path(f"/tmp/serve-bench-{run_id()[:6]}.log")
+    streams = {"DSH_SERVE_MAX_STREAMS": str(max(args.tails, 1) + 10)}
+    serve = start_serve(kafka, args.redis, prefix, port, streams, log)
     store = redis.Redis.from_url(args.redis)
     views = Views(store, Keys(prefix), timeout_s=60)
-    results: dict[str, Any] = {"rate": args.rate, "rounds": args.rounds}
+    results: dict[str, Any] = {"rate": args.rate, "rounds": args.rounds, "serve_log": str(log)}
     try:
         wait_ready(url)
         sessions = [f"serve-bench-{i}" for i in range(args.sessions)]

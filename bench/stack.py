@@ -125,12 +125,17 @@ def start_projector(
 
 
 def start_serve(
-    kafka: KafkaSettings, redis_url: str, prefix: str, port: int, settings: dict[str, str]
+    kafka: KafkaSettings,
+    redis_url: str,
+    prefix: str,
+    port: int,
+    settings: dict[str, str],
+    log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """`dsh serve` on 127.0.0.1:``port``, reading the read models under ``prefix``;
-    ``settings``: more DSH_SERVE_* values."""
+    ``settings``: more DSH_SERVE_* values; its output to ``log`` (none: dropped)."""
     own = {"DSH_REDIS_URL": redis_url, "DSH_PROJECTOR_KEY_PREFIX": prefix, **settings}
-    return _start(["serve", "--port", str(port)], kafka, own, None)
+    return _start(["serve", "--port", str(port)], kafka, own, log)
 
 
 def stop(*processes: subprocess.Popen[bytes]) -> None:
