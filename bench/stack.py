@@ -28,7 +28,7 @@ from servicekit.topics import ensure_topics
 REPO = Path(__file__).resolve().parents[1]
 # The settings the benchmark gives its services itself; the user's own (the codec's readers,
 # logging) reach them, as "DSH_CODEC_NATIVE=off python -m bench..." promises.
-OWN_SETTINGS = ("DSH_KAFKA_", "DSH_WRITER_", "DSH_PROJECTOR_", "DSH_REDIS_")
+OWN_SETTINGS = ("DSH_KAFKA_", "DSH_WRITER_", "DSH_PROJECTOR_", "DSH_REDIS_", "DSH_SERVE_")
 
 
 def bench_parser(doc: str | None) -> argparse.ArgumentParser:
@@ -122,6 +122,20 @@ def start_projector(
         "DSH_PROJECTOR_POLL_TIMEOUT_S": "0.05",
     }
     return _start(["project", projection], kafka, settings, None)
+
+
+def start_serve(
+    kafka: KafkaSettings,
+    redis_url: str,
+    prefix: str,
+    port: int,
+    settings: dict[str, str],
+    log: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """`dsh serve` on 127.0.0.1:``port``, reading the read models under ``prefix``;
+    ``settings``: more DSH_SERVE_* values; its output to ``log`` (none: dropped)."""
+    own = {"DSH_REDIS_URL": redis_url, "DSH_PROJECTOR_KEY_PREFIX": prefix, **settings}
+    return _start(["serve", "--port", str(port)], kafka, own, log)
 
 
 def stop(*processes: subprocess.Popen[bytes]) -> None:

@@ -33,6 +33,12 @@ returned) makes them read-your-writes. Errors are RFC 9457 problem details
 """
 
 
+def worker_threads(settings: ServeSettings) -> int:
+    """The thread pool's size: anyio's default 40 for reads and appends, and one for each
+    stream that may be open."""
+    return 40 + settings.max_streams
+
+
 def create_app(
     settings: ServeSettings | None = None,
     kafka: KafkaSettings | None = None,
@@ -45,12 +51,15 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Each open stream holds a worker thread while it waits; the reads and appends keep
-        # anyio's default 40 beside them.
-        anyio.to_thread.current_default_thread_limiter().total_tokens = 40 + settings.max_streams
+        # anyio's default 40 beside them. Each thread holds a Redis connection while it calls
+        # (an open stream's blocking read too): one each, or redis-py's default pool of 100
+        # refuses the rest.
+        threads = worker_threads(settings)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = threads
         app.state.clients = Clients(
             settings,
             kafka or KafkaSettings(),
-            redis_client(redis or RedisSettings()),
+            redis_client(redis or RedisSettings(), max_connections=threads),
             keys or Keys(),
             auth,
         )

@@ -9,10 +9,14 @@ from servicekit.settings import RedisSettings
 RedisClient = redis.Redis | redis.RedisCluster
 
 
-def redis_client(settings: RedisSettings) -> RedisClient:
+def redis_client(settings: RedisSettings, *, max_connections: int | None = None) -> RedisClient:
     """One Redis, or a Redis Cluster (``DSH_REDIS_CLUSTER``): redis-py's ``RedisCluster`` reads
-    the slot map from the seed node of the URL and keeps a connection pool per node."""
+    the slot map from the seed node of the URL and keeps a connection pool per node.
+    ``max_connections``: the most a pool opens at once (redis-py's default, 100, refuses more
+    with ``MaxConnectionsError``); a thread holds one for each call, a blocking read included."""
     url, kwargs = settings.url.get_secret_value(), settings.client_kwargs()
+    if max_connections is not None:
+        kwargs["max_connections"] = max_connections
     if settings.cluster:
         return redis.RedisCluster.from_url(url, **kwargs)
     return redis.Redis.from_url(url, **kwargs)

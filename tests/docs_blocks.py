@@ -1,6 +1,7 @@
 """The fenced code blocks of README.md and docs/*.md, for the tests that run or check them.
 
-A block is ```python (run), ```sh (run with bash, or checked: see :func:`kind`) or ```text
+A block is ```python (run), ```sh (run with bash, or checked: see :func:`kind`), ```ts (an
+excerpt of docs/examples/http-client.ts, which its own test type-checks and runs) or ```text
 (output or a picture shown to the reader: not code). tests/unit/test_docs.py checks every
 block's language and the blocks that cannot run here; tests/integration/test_docs.py runs the
 rest against a real pipeline.
@@ -17,7 +18,9 @@ from typing import Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
-LANGUAGES = frozenset({"python", "sh", "text"})
+LANGUAGES = frozenset({"python", "sh", "ts", "text"})
+TS_EXAMPLE = ROOT / "docs" / "examples" / "http-client.ts"
+ELISION = "// …"  # in a ```ts block: lines of the example left out here
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<info>[^`]*)$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

@@ -27,9 +27,8 @@ from serve.app import create_app
 from serve.settings import ServeSettings
 from servicekit.settings import KafkaSettings, RedisSettings
 from tests.conftest import TEST_PARTITIONS, Servers
-from tests.docs_blocks import ROOT
 from tests.integration.projector_support import projectors_running
-from tests.integration.serve_support import serving
+from tests.integration.serve_support import EXAMPLES, example_tools, serving
 from tests.integration.writer_support import running_writer, writer_settings
 from tests.support.builders import user
 from tests.support.topics import fresh_topics
@@ -300,10 +299,21 @@ def test_without_tokens_the_writer_still_refuses_an_untenanted_append(api: Api) 
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node 20 (the example's runtime)")
-def test_the_javascript_example_appends_retries_reads_and_follows(api: Api) -> None:
+def test_the_typescript_example_type_checks_then_appends_retries_reads_and_follows(
+    api: Api,
+) -> None:
+    tools = example_tools()
+    checked = subprocess.run(
+        [str(tools / "tsc"), "--noEmit", "-p", str(EXAMPLES)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # strict (tsconfig.json)
     s = sid()
     result = subprocess.run(
-        ["node", str(ROOT / "docs" / "examples" / "http-client.mjs"), s],
+        [str(tools / "tsx"), str(EXAMPLES / "http-client.ts"), s],
         env={**os.environ, "API_URL": api.url, "API_TOKEN": TOKENS["acme"]},
         capture_output=True,
         text=True,

@@ -60,7 +60,7 @@ def test_the_build_stage_compiles_the_readers_before_it_builds_the_wheels() -> N
     wheels = _index(runs, "pip wheel")
     assert compiler < extra < compiled < wheels
     # The runtime stage installs those wheels only, and refuses an install without the module.
-    install = _index(_runs(runtime), "--find-links /wheels dsh-pipeline")
+    install = _index(_runs(runtime), '--find-links /wheels "dsh-pipeline[serve]"')
     assert install < _index(_runs(runtime), "python -m schemas.native_build --check")
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
     assert f"schemas/{SO}*" in ignored, "a local build must not leak into the image"
@@ -70,7 +70,8 @@ def _wheel_argv(wheels: Path) -> list[str]:
     """The build stage's ``pip wheel`` step, offline: the package only, from this venv."""
     (build, _) = _stages()
     argv = shlex.split(_runs(build)[_index(_runs(build), "pip wheel")])
-    assert argv[:2] == ["pip", "wheel"] and argv[-1] == "." and "/wheels" in argv
+    # The package with the `serve` extra's wheels, so that the image runs `dsh serve`.
+    assert argv[:2] == ["pip", "wheel"] and argv[-1] == ".[serve]" and "/wheels" in argv
     argv = [wheels.as_posix() if a == "/wheels" else a for a in argv]
     return [sys.executable, "-m", *argv[:-1], "--no-deps", "--no-build-isolation", argv[-1]]
 

@@ -32,6 +32,7 @@ from deploy.local.settings import LocalStackSettings
 from producers.writer.settings import WriterSettings
 from projectors.catalog import PROJECTIONS
 from projectors.settings import ProjectorSettings
+from serve.settings import ServeSettings
 from servicekit.settings import KafkaSettings, RedisSettings, StrictSettings
 from servicekit.topics import TOPICS
 
@@ -47,6 +48,7 @@ SETTINGS_CLASSES: tuple[type[StrictSettings], ...] = (
     RedisSettings,
     WriterSettings,
     ProjectorSettings,
+    ServeSettings,
     LocalStackSettings,
 )
 # The one image every dsh service runs; compose tags it locally, kustomize rewrites it.
@@ -101,6 +103,15 @@ def k8s_objects() -> list[dict[str, Any]]:
 
 def k8s_of_kind(kind: str) -> list[dict[str, Any]]:
     return [doc for doc in k8s_objects() if doc["kind"] == kind]
+
+
+def runs_serve(deployment: dict[str, Any]) -> bool:
+    return bool(deployment["spec"]["template"]["spec"]["containers"][0]["args"] == ["serve"])
+
+
+def pipeline_deployments() -> list[dict[str, Any]]:
+    """The writer's and the projectors' Deployments: `dsh serve` has no /metrics port."""
+    return [d for d in k8s_of_kind("Deployment") if not runs_serve(d)]
 
 
 def pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -185,6 +196,11 @@ def test_the_service_processes_get_the_settings_they_need() -> None:
             assert "DSH_KAFKA_BOOTSTRAP_SERVERS" in env, where
         if "projector" in where:
             assert "DSH_REDIS_URL" in env, where
+        if "serve" in where:
+            # The API appends over Kafka and reads from Redis; the default host, 127.0.0.1,
+            # is unreachable from outside its container.
+            assert {"DSH_KAFKA_BOOTSTRAP_SERVERS", "DSH_REDIS_URL"} <= env.keys(), where
+            assert env["DSH_SERVE_HOST"] == "0.0.0.0", where
 
 
 def test_secrets_are_references_never_values() -> None:
@@ -228,7 +244,7 @@ def _run_commands() -> list[tuple[str, list[str]]]:
 @pytest.mark.parametrize(("where", "argv"), [pytest.param(w, a, id=w) for w, a in _run_commands()])
 def test_every_container_command_parses_with_the_real_cli(where: str, argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
-    assert args.command in ("writer", "project"), where
+    assert args.command in ("writer", "project", "serve"), where
 
 
 def test_each_projection_runs_in_compose_and_in_k8s() -> None:
@@ -395,7 +411,7 @@ def test_compose_scrape_targets_are_compose_services_on_their_metrics_ports() ->
 
 
 def test_k8s_scrape_annotations_match_the_metrics_port() -> None:
-    for doc in k8s_of_kind("Deployment"):
+    for doc in pipeline_deployments():
         template = doc["spec"]["template"]
         annotations = template["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
@@ -596,6 +612,8 @@ def test_deployments_probe_readyz_and_livez_and_have_budgets() -> None:
         assert selector.items() <= doc["spec"]["template"]["metadata"]["labels"].items(), name
         assert tuple(sorted(selector.items())) in budgets, f"{name} has no PodDisruptionBudget"
         assert tuple(sorted(selector.items())) in services, f"{name} has no metrics Service"
+        if runs_serve(doc):
+            continue  # its own probes: test_serve_runs_in_compose_and_k8s_probed_on_its_api_port
         for container in doc["spec"]["template"]["spec"]["containers"]:
             assert container["image"] == "dsh-pipeline", name
             probes = {p: container[p]["httpGet"] for p in ("readinessProbe", "livenessProbe")}
@@ -609,6 +627,25 @@ def test_deployments_probe_readyz_and_livez_and_have_budgets() -> None:
         if d["spec"]["template"]["spec"]["containers"][0]["args"] == ["writer"]
     ]
     assert writer["spec"]["replicas"] == 2
+
+
+def test_serve_runs_in_compose_and_k8s_probed_on_its_api_port() -> None:
+    """`dsh serve` answers /livez and /readyz on the port it serves the API on (its settings'
+    port); k8s probes both, and compose's health check (what depends_on waits for) is ready."""
+    (deployment,) = [d for d in k8s_of_kind("Deployment") if runs_serve(d)]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    port = int(k8s_container_env(container)["DSH_SERVE_PORT"])
+    assert {"name": "http", "containerPort": port} in container["ports"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+    (service,) = [s for s in k8s_of_kind("Service") if s["metadata"]["name"] == "serve"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"].get("clusterIP") != "None", "clients reach the API through it"
+    (serve,) = [s for s in compose_services().values() if s.get("command") == ["serve"]]
+    compose_port = int(compose_env(serve).get("DSH_SERVE_PORT", ServeSettings().port))
+    assert f"127.0.0.1:{compose_port}:{compose_port}" in serve["ports"]
+    probe = " ".join(serve["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{compose_port}/readyz" in probe
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,11 @@ from cli import build_parser
 from cli.settings_reference import SETTINGS_CLASSES, prefix_of
 from tests.docs_blocks import (
     DOCS,
+    ELISION,
     LANGUAGES,
     MAKE_DEMO_PREFIX,
     ROOT,
+    TS_EXAMPLE,
     Block,
     Command,
     all_blocks,
@@ -66,10 +68,22 @@ def test_every_block_is_python_sh_or_text_and_all_of_one_kind() -> None:
     for block in found:
         assert block.language in LANGUAGES, (
             f"{block.where}: ```{block.language or ''}: use python or sh (run or checked by the "
-            "tests) or text (output shown to the reader, pictures)"
+            "tests), ts (an excerpt of the TypeScript example) or text (output shown to the "
+            "reader, pictures)"
         )
         if block.language == "sh":
             block_kind(block)  # raises on a block mixing commands run here and checked ones
+
+
+def test_every_ts_block_is_an_excerpt_of_the_example_its_test_runs() -> None:
+    """The TypeScript shown is the example's own text, so it type-checks and runs (the HTTP
+    API's test runs the example): each run of lines between ``// …`` is in it verbatim."""
+    example = TS_EXAMPLE.read_text()
+    shown = [b for b in all_blocks() if b.language == "ts"]
+    assert shown, "the README and docs/http-api.md show the TypeScript client"
+    for block in shown:
+        for part in block.code.split(ELISION + "\n"):
+            assert part.strip("\n") in example, f"{block.where}: not in {TS_EXAMPLE.name}: {part}"
 
 
 def test_make_test_is_what_ci_runs() -> None:
