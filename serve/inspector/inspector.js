@@ -7,8 +7,11 @@ import { VirtualList } from "./vlist.js";
 
 const $ = (id) => document.getElementById(id);
 const SURFACE_REFRESH_MS = 1000;
+// A replacement (a summary) adds no transcript entry: the session's state is polled, and the
+// surface read again when the surface projection has applied more.
+const STATE_POLL_MS = 3000;
 
-let current = null; // { id, abort, surfaceTimer }
+let current = null; // { id, abort, surfaceTimer, poll, surfaceApplied }
 
 function status(text) {
   $("status").textContent = text || "";
@@ -101,6 +104,8 @@ function showBlocked(reasons) {
 
 async function loadState(id) {
   const state = await getJson(sessionPath(id));
+  if (current?.id !== id) return;
+  if (state.projections.surface.applied !== current.surfaceApplied) scheduleSurface(id);
   const reasons = Object.entries(state.projections)
     .filter(([, p]) => p.blocked)
     .map(([name, p]) => reasonText(name, p.blocked));
@@ -110,6 +115,7 @@ async function loadState(id) {
 async function loadSurface(id) {
   const view = await getJson(`${sessionPath(id)}/surface/nodes`);
   if (current?.id !== id) return;
+  current.surfaceApplied = view.applied;
   surfaceList.setItems(view.nodes);
   $("surface-count").textContent =
     `${view.nodes.length} nodes · applied ${view.applied} · generation ${view.replaceGeneration}/${view.contentGeneration}`;
@@ -181,9 +187,11 @@ function openSession(id) {
   if (current) {
     current.abort.abort();
     clearTimeout(current.surfaceTimer);
+    clearInterval(current.poll);
   }
   const abort = new AbortController();
-  current = { id, abort, surfaceTimer: null };
+  const poll = setInterval(() => loadState(id).catch((error) => status(error.message)), STATE_POLL_MS);
+  current = { id, abort, surfaceTimer: null, poll, surfaceApplied: null };
   location.hash = `session=${encodeURIComponent(id)}`;
   for (const li of document.querySelectorAll("nav li")) {
     li.querySelector("button").classList.toggle("current", li.dataset.session === id);

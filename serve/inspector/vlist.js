@@ -24,7 +24,7 @@ export class VirtualList {
 
   append(items, follow) {
     const atBottom = this.atBottom();
-    this.items.push(...items);
+    for (const item of items) this.items.push(item); // no spread: a chunk may hold thousands
     this.schedule(follow && atBottom);
   }
 
