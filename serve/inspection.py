@@ -34,6 +34,13 @@ SESSION_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _known(session_id: str, *views: dict[str, Any]) -> None:
+    """404 for a session no projection applied anything of nor blocked; a blocked one is
+    shown (up to the block), unlike the read-your-writes reads, which answer it with 409."""
+    if all(v["applied"] < 0 and v["blocked"] is None for v in views):
+        raise SessionUnknownError(f"session {session_id}: nothing of it was applied")
+
+
 @router.get(
     "/sessions",
     response_model=SessionList,
@@ -62,8 +69,7 @@ async def sessions(
 )
 async def session_state(access: SessionAccess) -> JSONResponse:
     state = await run_in_threadpool(access.clients.inspection.state, access.session_id)
-    if all(p["applied"] < 0 and p["blocked"] is None for p in state.values()):
-        raise SessionUnknownError(f"session {access.session_id}: nothing of it was applied")
+    _known(access.session_id, *state.values())
     return JSONResponse({"session_id": access.session_id, "projections": state})
 
 
@@ -75,8 +81,7 @@ async def session_state(access: SessionAccess) -> JSONResponse:
 )
 async def surface_nodes(access: SessionAccess) -> JSONResponse:
     view = await run_in_threadpool(access.clients.inspection.surface_nodes, access.session_id)
-    if view["applied"] < 0 and view["blocked"] is None:
-        raise SessionUnknownError(f"session {access.session_id}: nothing of it was applied")
+    _known(access.session_id, view)
     return JSONResponse(view)
 
 
@@ -111,8 +116,7 @@ async def transcript_entries(
     page = await run_in_threadpool(
         access.clients.inspection.transcript_entries, access.session_id, after, limit
     )
-    if page["applied"] < 0 and page["blocked"] is None:
-        raise SessionUnknownError(f"session {access.session_id}: nothing of it was applied")
+    _known(access.session_id, page)
     return JSONResponse(page)
 
 

@@ -7,7 +7,6 @@ the writer would. Screenshots go to ``.state/artifacts/inspector/`` (ignored, ne
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -17,26 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from projectors.keys import Keys
 from projectors.transcript import kind_of
-from serve.app import create_app
-from serve.settings import ServeSettings
-from servicekit.settings import RedisSettings
-from tests.conftest import TEST_PARTITIONS, Servers
+from tests.conftest import Servers
 from tests.docs_blocks import ROOT
 from tests.integration.projector_support import (
     events_of,
-    projectors_running,
     publish,
     scripted_session,
     simple_session,
 )
-from tests.integration.serve_support import serving
-from tests.integration.writer_support import running_writer, writer_settings
+from tests.integration.serve_support import TOKENS, serving_stack
 from tests.support.builders import user
-from tests.support.topics import fresh_topics
 
 pw = pytest.importorskip("playwright.sync_api")
 
@@ -55,11 +46,6 @@ CHROMIUM_ARGS = [
 ARTIFACTS = ROOT / ".state" / "artifacts" / "inspector"
 WAIT_MS = 30_000  # how long the page may take to show something: a bound, never a measure
 pw.expect.set_options(timeout=WAIT_MS)
-
-KEYS = {"acme": "acme-key-" + uuid.uuid4().hex, "globex": "globex-key-" + uuid.uuid4().hex}
-TOKENS = {"acme": "acme-token-" + uuid.uuid4().hex, "globex": "globex-token-" + uuid.uuid4().hex}
-PREFIXES = "acme=acme-,globex=globex-"
-KEY_SPEC = ",".join(f"{t}={k}" for t, k in KEYS.items())
 
 
 @dataclass(frozen=True)
@@ -90,21 +76,9 @@ class Inspector:
 def inspector(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inspector]:
     if not Path(CHROMIUM).exists():
         pytest.skip("no Chromium: `make test-tools` installs Debian's")
-    kafka = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS)
-    settings = ServeSettings(
-        tokens=SecretStr(
-            ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in TOKENS.items())
-        ),
-        tenant_prefixes=PREFIXES,
-        tenant_keys=SecretStr(KEY_SPEC),
-    )
-    tenancy = {"tenant_prefixes": PREFIXES, "tenant_keys": SecretStr(KEY_SPEC)}
-    redis = RedisSettings(url=SecretStr(servers.redis_url))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with (
-        running_writer(kafka, writer_settings(**tenancy)),
-        projectors_running(kafka, servers.redis_url),
-        serving(create_app(settings, kafka, redis, Keys())) as url,
+        serving_stack(servers) as (url, kafka),
         pw.sync_playwright() as playwright,
     ):
         context = playwright.chromium.launch_persistent_context(
