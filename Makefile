@@ -48,6 +48,15 @@ test-tools:
 	      || echo "warning: could not install promtool/docker-compose/openssl"; \
 	  else echo "note: promtool/docker-compose/openssl missing; their checks will skip or fail"; fi; \
 	fi
+	@# Debian's Chromium: the session inspector's browser tests drive it with Playwright (no
+	@# browser download).
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends chromium >/dev/null) \
+	      || echo "warning: could not install chromium"; \
+	  else echo "note: chromium missing; the inspector's browser tests will skip"; fi; \
+	fi
 
 # Two workers: the reliability suite beside everything else (tests/conftest.py groups them).
 # PYTEST_WORKERS=0 runs it all in this process, one test after another.

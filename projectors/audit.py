@@ -73,6 +73,9 @@ class AuditProjection(NodesProjection):
         if index is not None:
             record["data"] = wire["data"]
         if change.shadowed:
+            # A replacement keeps its data: once replaced in turn (a summary of summaries) no
+            # other read model has its message, and "what did it say" is an auditor's question.
+            record["data"] = wire["data"]
             record["shadowed"] = list(change.shadowed)
             index = "replaces"
             for node in change.shadowed:

@@ -193,6 +193,7 @@ def _audit_records(
         if listed is not None:
             record["data"] = wire["data"]
         if ev.seq in shadowed:
+            record["data"] = wire["data"]
             record["shadowed"] = shadowed[ev.seq]
             listed = "replaces"
         error = tool_error(ev) if ev.type == "tool/result" else None

@@ -44,3 +44,20 @@ def session_access(
 
 
 SessionAccess = Annotated[Access, Depends(session_access)]
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: Principal
+    clients: Clients
+
+
+def caller(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Caller:
+    """A route over many sessions: who calls (401); it shows only the caller's tenant's."""
+    found = clients(request)
+    return Caller(found.auth.principal(request.headers.get("authorization")), found)
+
+
+CallerAccess = Annotated[Caller, Depends(caller)]

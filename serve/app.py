@@ -14,7 +14,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from projectors.keys import Keys
-from serve import appends, health, problems, reads, stream
+from serve import appends, health, inspection, problems, reads, stream
 from serve.auth import Auth
 from serve.clients import Clients
 from serve.limits import BodyLimit
@@ -74,8 +74,9 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
     )
-    for module in (appends, reads, stream, health):
+    for module in (appends, reads, stream, health, inspection):
         app.include_router(module.router)
+    inspection.mount_page(app)
     problems.install(app, settings.retry_after_s)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

@@ -9,6 +9,7 @@ import threading
 from pydantic import SecretStr
 
 from producers import SessionClient
+from projectors.inspection import Inspection
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.views import Views
@@ -30,6 +31,7 @@ class Clients:
         self.settings, self.kafka, self.redis, self.auth = settings, kafka, redis, auth
         self.views = Views(redis, keys, timeout_s=settings.default_wait_ms / 1000)
         self.reader = Reader(redis, keys)
+        self.inspection = Inspection(redis, keys)
         self._appenders: dict[str | None, SessionClient] = {}
         self._lock = threading.Lock()
         self.streams = threading.BoundedSemaphore(settings.max_streams)

@@ -94,3 +94,75 @@ class Problem(BaseModel):
     code: str = Field(description="the stable error code (docs/http-api.md)")
     request_id: str | None = None
     session_id: str | None = None
+
+
+class RecentSession(BaseModel):
+    session_id: str
+    applied: int = Field(description="the last seq the transcript projection applied")
+    time: int | None = Field(description="epoch ms of the last transcript entry")
+    blocked: bool = Field(description="the transcript projection blocked the session")
+
+
+class BlockedSession(BaseModel):
+    session_id: str
+    reasons: dict[str, Any] = Field(
+        description="projection → why it blocked: `code`, `error`, `message`, `seq`, `source`"
+    )
+
+
+class SessionList(BaseModel):
+    recent: list[RecentSession] = Field(description="most recently active first")
+    blocked: list[BlockedSession]
+
+
+class ProjectionState(BaseModel):
+    applied: int
+    blocked: Any = Field(None, description="why the projector blocked the session, if it did")
+    rebuilding: Any = Field(None, description="set while a rebuild is under way")
+
+
+class SessionState(BaseModel):
+    session_id: str
+    projections: dict[str, ProjectionState] = Field(description="surface, transcript, audit")
+
+
+class SurfaceNode(BaseModel):
+    seq: int
+    type: str | None
+    message: Any = Field(description="the node's current message")
+    empty: bool | None = Field(None, description="projects to no message (empty content)")
+    replaced: list[int] | None = Field(None, description="a replacement: the seqs it replaced")
+
+
+class SurfaceNodesResponse(BaseModel):
+    applied: int
+    replaceGeneration: int
+    contentGeneration: int
+    nodes: list[SurfaceNode] = Field(description="the surface in order, one per node")
+    blocked: Any = None
+
+
+class ReplacedEvent(BaseModel):
+    seq: int
+    type: str | None
+    time: int | None
+    message: Any = Field(None, description="its message, where a read model keeps it")
+    replaced: list[int] | None = Field(None, description="itself a replacement of these seqs")
+
+
+class ProvenanceResponse(BaseModel):
+    seq: int
+    type: str
+    time: int
+    surfaceOp: Any = None
+    sourceEventSeqs: list[int] | None = None
+    shadowed: list[int] | None = None
+    citedBy: list[int]
+    shadowedBy: int | None = None
+    replaced: list[ReplacedEvent] = Field(description="what it took off the surface, in order")
+
+
+class TranscriptPage(BaseModel):
+    applied: int
+    entries: list[Any] = Field(description="wire events with `kind`, after `after`, in order")
+    blocked: Any = Field(None, description="why the projector blocked the session, if it did")

@@ -1,21 +1,38 @@
 """`dsh serve`'s app on a real uvicorn, on a free loopback port, in a thread of the test; and
-the TypeScript example's tools (docs/examples), installed from its lock file."""
+the whole stack behind it, with two tenants; and the TypeScript example's tools (docs/examples),
+installed from its lock file."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from deploy.local.processes import free_ports
+from projectors.keys import Keys
+from servicekit.settings import KafkaSettings, RedisSettings
+from tests.conftest import TEST_PARTITIONS, Servers
 from tests.docs_blocks import ROOT
+from tests.integration.projector_support import projectors_running
+from tests.integration.writer_support import running_writer, writer_settings
+from tests.support.topics import fresh_topics
 from tests.support.waiting import wait_for
+
+# Two tenants: each token's tenant may use only its own prefix, and appends with its key.
+KEYS = {"acme": "acme-key-" + uuid.uuid4().hex, "globex": "globex-key-" + uuid.uuid4().hex}
+TOKENS = {"acme": "acme-token-" + uuid.uuid4().hex, "globex": "globex-token-" + uuid.uuid4().hex}
+PREFIXES = "acme=acme-,globex=globex-"
+KEY_SPEC = ",".join(f"{t}={k}" for t, k in KEYS.items())
 
 EXAMPLES = ROOT / "docs" / "examples"
 
@@ -54,3 +71,23 @@ def example_tools() -> Path:
             timeout=300,
         )
     return EXAMPLES / "node_modules" / ".bin"
+
+
+@contextmanager
+def serving_stack(servers: Servers, **serve: Any) -> Iterator[tuple[str, KafkaSettings]]:
+    """Fresh topics, a writer and the three projectors on them, and the app in front, with the
+    two tenants' tokens (``serve``: other ``ServeSettings``); yields its URL and the topics."""
+    from serve.app import create_app  # the serve extra, only where a test serves
+    from serve.settings import ServeSettings
+
+    kafka = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS)
+    digests = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in TOKENS.items())
+    tenancy: dict[str, Any] = {"tenant_prefixes": PREFIXES, "tenant_keys": SecretStr(KEY_SPEC)}
+    settings = ServeSettings(tokens=SecretStr(digests), **tenancy, **serve)
+    redis = RedisSettings(url=SecretStr(servers.redis_url))
+    with (
+        running_writer(kafka, writer_settings(**tenancy)),
+        projectors_running(kafka, servers.redis_url),
+        serving(create_app(settings, kafka, redis, Keys())) as url,
+    ):
+        yield url, kafka

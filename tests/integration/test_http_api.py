@@ -4,7 +4,6 @@ nothing, by reading the session back from the writer."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,17 +25,16 @@ from projectors.keys import Keys
 from serve.app import create_app
 from serve.settings import ServeSettings
 from servicekit.settings import KafkaSettings, RedisSettings
-from tests.conftest import TEST_PARTITIONS, Servers
-from tests.integration.projector_support import projectors_running
-from tests.integration.serve_support import EXAMPLES, example_tools, serving
-from tests.integration.writer_support import running_writer, writer_settings
+from tests.conftest import Servers
+from tests.integration.serve_support import (
+    EXAMPLES,
+    KEYS,
+    TOKENS,
+    example_tools,
+    serving,
+    serving_stack,
+)
 from tests.support.builders import user
-from tests.support.topics import fresh_topics
-
-KEYS = {"acme": "acme-key-" + uuid.uuid4().hex, "globex": "globex-key-" + uuid.uuid4().hex}
-TOKENS = {"acme": "acme-token-" + uuid.uuid4().hex, "globex": "globex-token-" + uuid.uuid4().hex}
-PREFIXES = "acme=acme-,globex=globex-"
-KEY_SPEC = ",".join(f"{t}={k}" for t, k in KEYS.items())
 
 
 @dataclass(frozen=True)
@@ -59,23 +57,7 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(servers: Servers) -> Iterator[Api]:
-    kafka = fresh_topics(servers.bootstrap_servers, TEST_PARTITIONS)
-    settings = ServeSettings(
-        tokens=SecretStr(
-            ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in TOKENS.items())
-        ),
-        tenant_prefixes=PREFIXES,
-        tenant_keys=SecretStr(KEY_SPEC),
-        max_body_bytes=64 * 1024,
-        max_events=10,
-    )
-    tenancy = {"tenant_prefixes": PREFIXES, "tenant_keys": SecretStr(KEY_SPEC)}
-    redis = RedisSettings(url=SecretStr(servers.redis_url))
-    with (
-        running_writer(kafka, writer_settings(**tenancy)),
-        projectors_running(kafka, servers.redis_url),
-        serving(create_app(settings, kafka, redis, Keys())) as url,
-    ):
+    with serving_stack(servers, max_body_bytes=64 * 1024, max_events=10) as (url, kafka):
         yield Api(url, kafka)
 
 
