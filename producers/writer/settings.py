@@ -79,8 +79,8 @@ class WriterSettings(StrictSettings):
     # trip on a busy machine: worth it only when another batch is coming to build meanwhile.
     inline_commit_max_commands: Annotated[int, Field(ge=0)] = 4
     """With overlap, a batch of at most this many commands taken while no transaction commits
-    is committed at once on the writer's thread: the round trip of a lone append. `0`: every
-    batch commits on the commit thread."""
+    is committed at once on the writer's own thread. `0`: every batch commits on the commit
+    thread."""
     gc_threshold: Annotated[int, Field(ge=0)] = 50_000
     """Young-generation threshold of Python's cycle collector while serving (`0`: Python's own,
     700)."""
