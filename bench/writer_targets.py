@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,12 @@ PROJECTIONS = ("surface", "transcript", "audit")
 def message_draft(i: int) -> dict[str, Any]:
     """The i-th message of a conversation: even ones the user's, odd ones the assistant's."""
     if i % 2 == 0:
-        user = {"id": f"u{i}", "role": "user", "content": [{"type": "text", "text": TEXT}]}
-        user["source"] = {"kind": "user"}
+        user: dict[str, Any] = {
+            "id": f"u{i}",
+            "role": "user",
+            "content": [{"type": "text", "text": TEXT}],
+            "source": {"kind": "user"},
+        }
         return draft("user/message", user, surface_op="append")
     message = {
         "id": f"a{i}",
@@ -71,6 +76,11 @@ def append(client: SessionClient, sid: str, i: int) -> Future[Any]:
     return client.append_async(
         sid, d["type"], d["data"], surface_op=d["surfaceOp"], invariants=False
     )
+
+
+def round_robin(client: SessionClient, sessions: list[str], i: int) -> Future[Any]:
+    """The i-th append of many sessions in turn, after each session's first."""
+    return append(client, sessions[i % len(sessions)], 1 + i // len(sessions))
 
 
 def sequential(client: SessionClient, sid: str, seconds: float) -> list[float]:
@@ -167,9 +177,7 @@ def sequential_and_pipelined(
                     cpu = cpu_seconds(writer.process.pid)
                     mine = time.process_time()
                     rate = windowed(
-                        lambda i, c=client, s=sid: append(c, s, i),  # type: ignore[misc]
-                        args.pipelined_events,
-                        args.window,
+                        partial(append, client, sid), args.pipelined_events, args.window
                     )
                     writer_us = (cpu_seconds(writer.process.pid) - cpu) / args.pipelined_events
                     client_us = (time.process_time() - mine) / args.pipelined_events
@@ -220,11 +228,7 @@ def aggregate(kafka: KafkaSettings, args: Any, out: dict[str, list[float]]) -> N
                 time.sleep(0.1)
             total = per_session * len(sessions)
             start = time.perf_counter()
-            written = windowed(
-                lambda i: append(client, sessions[i % len(sessions)], 1 + i // len(sessions)),
-                total,
-                args.window,
-            )
+            written = windowed(partial(round_robin, client, sessions), total, args.window)
             while not applied_everywhere(store, prefix, sessions, per_session):
                 time.sleep(0.02)
             rate = total / (time.perf_counter() - start)

@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 from producers import SessionClient
 from producers.writer import metrics
 from producers.writer.pipeline import Pipeline
+from producers.writer.settings import WriterSettings
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     APPENDS,
@@ -28,6 +29,11 @@ from tests.integration.writer_support import (
     writer_settings,
 )
 from tests.support.builders import user
+
+
+def _settings(overlap: bool) -> WriterSettings:
+    """Every batch takes the overlapping path (none is committed inline, however small)."""
+    return writer_settings(overlap_commits=overlap, inline_commit_max_commands=0)
 
 
 @pytest.fixture
@@ -41,7 +47,7 @@ def test_the_next_transaction_is_built_while_the_previous_one_commits_only_with_
 ) -> None:
     # With the setting off the same probe finds nothing: it can tell the two apart.
     probe = CommitProbe(monkeypatch)
-    with running_writer(topics, writer_settings(overlap_commits=overlap, inline_commit_max_commands=0)):
+    with running_writer(topics, _settings(overlap)):
         load_in_order(topics, sessions)
     assert probe.commits
     assert (probe.handled_while_committing() > 0) == overlap
@@ -52,7 +58,7 @@ def test_a_failed_commit_aborts_the_transaction_built_after_it_and_nothing_is_lo
 ) -> None:
     aborts = metrics.TXN_ABORTS._value.get()
     CommitProbe(monkeypatch, fail_commit=5)
-    with running_writer(topics, writer_settings(overlap_commits=True, inline_commit_max_commands=0)) as writer:
+    with running_writer(topics, _settings(True)) as writer:
         load_in_order(topics, sessions)
         assert len(writer.owned()) > 0  # recovered in place, still serving
     assert metrics.TXN_ABORTS._value.get() > aborts
@@ -71,7 +77,7 @@ def test_a_commit_refused_for_a_moved_generation_is_produced_again_not_restored(
     # transaction open, so the retry must abort it first.
     again = metrics.TXN_PRODUCED_AGAIN._value.get()
     CommitProbe(monkeypatch, fail_commit=5, error=KafkaError.ILLEGAL_GENERATION)
-    with running_writer(topics, writer_settings(overlap_commits=overlap, inline_commit_max_commands=0)) as writer:
+    with running_writer(topics, _settings(overlap)) as writer:
         restores = _restores()
         # expected_seq: a record produced twice or lost is a conflict
         load_in_order(topics, sessions)
