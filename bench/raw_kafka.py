@@ -60,17 +60,7 @@ def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, 
 
     lat = paced_latency(one_record, rate, seconds)
 
-    consumer = Consumer(
-        {
-            **kafka.client_config(),
-            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([commands])
-    deadline = time.monotonic() + 30
-    while not consumer.assignment() and time.monotonic() < deadline:
-        consumer.poll(0.1)
+    consumer = group_member(kafka, commands)
 
     lat_offsets = paced_latency(partial(one_record, offsets_of=consumer), rate, seconds)
     consumer.close()
@@ -91,17 +81,7 @@ def one_record_transactions(kafka: KafkaSettings, seconds: float) -> list[float]
         kafka, f"raw-{uuid.uuid4().hex}", {"retry.backoff.ms": 1, "linger.ms": 0}
     )
     value = encode_event(Event("user/message", 0, 0, message(0), "append"), "raw-session")
-    consumer = Consumer(
-        {
-            **kafka.client_config(),
-            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([commands])
-    deadline = time.monotonic() + 30
-    while not consumer.assignment() and time.monotonic() < deadline:
-        consumer.poll(0.1)
+    consumer = group_member(kafka, commands)
     out = []
     i = 0
     end = time.monotonic() + seconds
@@ -118,3 +98,20 @@ def one_record_transactions(kafka: KafkaSettings, seconds: float) -> list[float]
     consumer.close()
     producer.flush(10)
     return out
+
+
+def group_member(kafka: KafkaSettings, topic: str) -> Consumer:
+    """A member of a group of its own, assigned ``topic``'s partitions: the group metadata a
+    raw transaction sends its offsets with."""
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    return consumer
