@@ -93,9 +93,9 @@ class SessionClient:
         client sending hundreds of appends per second spares it a request per command with a
         few ms (5 ms at 1,000 appends/s; docs/operations.md, "Tuning"), at the cost of up to
         that long on each append. The default, 0, sends at once: an application appending
-        one event at a time pays no wait (a linger of 1 ms cost about 1.5 ms of a ~5 ms round
-        trip, docs/benchmarks.md), and under load librdkafka still batches what queues while a
-        request is in flight."""
+        one event at a time pays no wait (1 ms of linger made its round trip's p50 about 0.9 ms
+        longer, docs/benchmarks.md), and under load librdkafka still batches what queues while
+        a request is in flight."""
         if not 0 <= linger_ms <= MAX_LINGER_MS:
             raise ConfigError(
                 f"linger_ms must be between 0 and {MAX_LINGER_MS}, got {linger_ms}",
