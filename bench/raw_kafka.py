@@ -60,17 +60,7 @@ def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, 
 
     lat = paced_latency(one_record, rate, seconds)
 
-    consumer = Consumer(
-        {
-            **kafka.client_config(),
-            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([commands])
-    deadline = time.monotonic() + 30
-    while not consumer.assignment() and time.monotonic() < deadline:
-        consumer.poll(0.1)
+    consumer = group_member(kafka, commands)
 
     lat_offsets = paced_latency(partial(one_record, offsets_of=consumer), rate, seconds)
     consumer.close()
@@ -81,3 +71,47 @@ def raw_ceiling(kafka: KafkaSettings, seconds: float, rate: float) -> dict[str, 
         "offsets_p50_ms": percentile(lat_offsets, 0.5),
         "offsets_p99_ms": percentile(lat_offsets, 0.99),
     }
+
+
+def one_record_transactions(kafka: KafkaSettings, seconds: float) -> list[float]:
+    """Closed loop for ``seconds``: one-record transactions with the consumed offsets sent to
+    each (what one append costs the writer in Kafka calls), one after another; each in ms."""
+    topic, commands = kafka.topic("events"), kafka.topic("commands")
+    producer = transactional_producer(
+        kafka, f"raw-{uuid.uuid4().hex}", {"retry.backoff.ms": 1, "linger.ms": 0}
+    )
+    value = encode_event(Event("user/message", 0, 0, message(0), "append"), "raw-session")
+    consumer = group_member(kafka, commands)
+    out = []
+    i = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        producer.begin_transaction()
+        producer.produce(topic, value, b"raw-session")
+        producer.send_offsets_to_transaction(
+            [TopicPartition(commands, 0, i + 1)], consumer.consumer_group_metadata(), 30
+        )
+        producer.commit_transaction(30)
+        out.append((time.perf_counter() - t0) * 1000)
+        i += 1
+    consumer.close()
+    producer.flush(10)
+    return out
+
+
+def group_member(kafka: KafkaSettings, topic: str) -> Consumer:
+    """A member of a group of its own, assigned ``topic``'s partitions: the group metadata a
+    raw transaction sends its offsets with."""
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    return consumer

@@ -43,8 +43,10 @@ class Pipeline:
         offsets_metadata: str,
         on_committed: Callable[[Mapping[int, int]], None],
         failpoints: Failpoints = NONE,
+        inline_commit_max_commands: int = 0,
     ) -> None:
         self.lanes = lanes
+        self.inline_commit_max_commands = inline_commit_max_commands
         self.writer_id = lanes.writer_id
         self.shared_id = lanes.shared_id
         self.commands_topic = commands_topic
@@ -110,7 +112,13 @@ class Pipeline:
         """Commit ``txn`` (its offsets are sent): now, or on the commit thread once its records
         are acknowledged and the transaction before it has settled."""
         self._failpoints.offsets_sent()
-        if self._committer is None:
+        if self.commit_done():
+            self.settle()
+        if self._committer is None or (
+            self.committing is None and len(records) <= self.inline_commit_max_commands
+        ):
+            # Nothing commits meanwhile, and a batch this small has most likely no other
+            # behind it to build: committed here, without the flush and the hand-over.
             self._commit(txn.producer, records, started, sent)
             self.building = None
             self._committed(txn.lane, txn.offsets)

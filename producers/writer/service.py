@@ -89,6 +89,7 @@ class Writer:
             ),
             on_committed=self._committed,
             failpoints=failpoints,
+            inline_commit_max_commands=settings.inline_commit_max_commands,
         )
         self.snapshots = Snapshots(
             self.topics.snapshots,

@@ -75,6 +75,12 @@ class WriterSettings(StrictSettings):
     overlap_commits: bool = True
     """Build and produce each transaction while the previous one commits, on a second producer;
     `false`: one producer, one transaction at a time."""
+    # Handing a commit to the other lane costs a flush and a thread switch, about a Kafka round
+    # trip on a busy machine: worth it only when another batch is coming to build meanwhile.
+    inline_commit_max_commands: Annotated[int, Field(ge=0)] = 4
+    """With overlap, a batch of at most this many commands taken while no transaction commits
+    is committed at once on the writer's own thread. `0`: every batch commits on the commit
+    thread."""
     gc_threshold: Annotated[int, Field(ge=0)] = 50_000
     """Young-generation threshold of Python's cycle collector while serving (`0`: Python's own,
     700)."""
