@@ -70,15 +70,15 @@ def test_sessions_evicted_and_restored_on_demand_keep_every_guarantee(
             for state in writer.partitions.values():
                 assert len(state.sessions) <= 1
             stale = sids[0]
-            with pytest.raises(ConflictError) as conflict:
-                client.append(
-                    stale,
-                    "user/message",
-                    user("late"),
-                    surface_op="append",
-                    expected_seq=1,
+
+            def late() -> dsh.Event:
+                return client.append(
+                    stale, "user/message", user("late"), surface_op="append", expected_seq=1,
                     request_id="stale",
-                )
+                )  # fmt: skip
+
+            with pytest.raises(ConflictError) as conflict:
+                late()
             for sid in sids[1:]:  # the stale session is evicted again
                 client.append(sid, "user/message", user("more"), surface_op="append")
             before = events_end_offsets(topics)
@@ -91,14 +91,7 @@ def test_sessions_evicted_and_restored_on_demand_keep_every_guarantee(
             )
             assert again.seq == 0
             with pytest.raises(ConflictError) as repeated:
-                client.append(
-                    stale,
-                    "user/message",
-                    user("late"),
-                    surface_op="append",
-                    expected_seq=1,
-                    request_id="stale",
-                )
+                late()
             assert repeated.value.message == conflict.value.message
             assert events_end_offsets(topics) == before  # retries appended nothing
             logs = {sid: client.read(sid) for sid in sids}
