@@ -1,8 +1,8 @@
 """Writer memory benchmark: the writer's resident set with N sessions of M messages, without a
 bound and with ``DSH_WRITER_MAX_RESIDENT_SESSIONS``.
 
-Each message is ~1 KiB of text, user and assistant alternating, appended 50 per command and
-the sessions round-robin (as many agents at once would). For each mode a writer process of its
+Each message is ~1 KiB of text, user and assistant alternating, appended 50 per command, one
+session after another. For each mode a writer process of its
 own on topics of its own: its RSS idle (partitions owned), then after the fill; the marginal
 MB per session and so how many such sessions one GB holds live. With the bound, also the cost
 of bringing an evicted session back: one read of each session (``SessionClient.read``, which
@@ -56,13 +56,13 @@ def rss_mb(pid: int) -> float:
 
 
 def fill(client: SessionClient, sids: list[str], messages: int) -> float:
+    """One session after another (an agent's conversation, then the next one's): what is
+    filled before stays idle, which is what a bound evicts."""
     started = time.monotonic()
     futures: list[Any] = []
-    for start in range(0, messages, PER_COMMAND):
+    for sid, start in ((sid, start) for sid in sids for start in range(0, messages, PER_COMMAND)):
         count = min(PER_COMMAND, messages - start)
-        futures += [
-            client.append_many_async(sid, drafts(start, count), invariants=False) for sid in sids
-        ]
+        futures.append(client.append_many_async(sid, drafts(start, count), invariants=False))
         if len(futures) >= WINDOW:
             for f in futures:
                 f.result(120)
