@@ -123,17 +123,21 @@ class Reader:
     def surface(self, session_id: str) -> SurfaceView:
         k = self.keys
         pipe = self.client.pipeline(transaction=True)  # one consistent snapshot
+        messages = k.session(session_id, "surface", "messages")
         pipe.hgetall(k.meta("surface", session_id))
-        pipe.hgetall(k.session(session_id, "surface", "messages"))
+        # Fields and values as two lists (in the same order: nothing changes the hash inside
+        # the MULTI), rather than a dict of them built only to be taken apart again.
+        pipe.hkeys(messages)
+        pipe.hvals(messages)
         pipe.lrange(k.session(session_id, "surface", "nodes"), 0, -1)
         pipe.get(k.rebuilding("surface", session_id))
-        meta, messages, nodes, mark = pipe.execute()
+        meta, seqs, values, nodes, mark = pipe.execute()
         return SurfaceView(
             applied=int(meta.get(b"applied", -1)),
             nodes=[int(n) for n in nodes],
             replace_generation=int(meta.get(b"rg", 0)),
             content_generation=int(meta.get(b"cg", 0)),
-            node_messages={int(f): _loads(v) for f, v in messages.items()},
+            node_messages=dict(zip(map(int, seqs), map(_loads, values), strict=True)),
             blocked=_blocked(meta),
             rebuilding=json_object(mark),
         )

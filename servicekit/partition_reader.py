@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -94,7 +94,7 @@ def read_partitions(
     ranges: Mapping[int, tuple[int | None, int | None]],
     stall_timeout_s: float,
     on_end: Callable[[int, int], None] | None = None,
-) -> Iterator[Message]:
+) -> Generator[Message, None, None]:
     """Every record of ``topic`` in ``ranges`` (partition: (start, end)): from ``start`` (None:
     the first offset there is) up to ``end`` exclusive (:data:`NOW`: the end as of now).
     Records of one partition come in offset order; partitions interleave. ``on_end(p, offset)``

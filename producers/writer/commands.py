@@ -283,7 +283,7 @@ class CommandHandler:
             value = encode_reply(AppendReply.rejected(rid, cid, sid, error))
         else:
             metrics.READS.labels("served").inc()
-            held = state.sessions.get(sid)
+            held = state.held(sid)  # restored if evicted
             values, following = ([], None) if held is None else _read_part(held, start)
             if following is not None:
                 headers.append((HEADER_READ_NEXT, str(following).encode()))

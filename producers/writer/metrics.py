@@ -107,6 +107,29 @@ OWNERS_FENCED = Counter(
 SNAPSHOTS = Counter(
     "dsh_writer_snapshots_total", "Session snapshots written, or skipped as too large.", ["result"]
 )
+EVICTIONS = Counter(
+    "dsh_writer_sessions_evicted_total",
+    "Idle sessions dropped from memory to stay within DSH_WRITER_MAX_RESIDENT_*.",
+)
+RELOADS = Counter(
+    "dsh_writer_sessions_reloaded_total",
+    "Evicted sessions restored for a command or a read, by what was read: its snapshot alone, "
+    "or events too.",
+    ["source"],
+)
+RELOAD_SECONDS = Histogram(
+    "dsh_writer_session_reload_seconds",
+    "Time to restore one evicted session from the topics.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RESIDENT_SESSIONS = Gauge(
+    "dsh_writer_resident_sessions", "Sessions held in memory, by partition.", ["partition"]
+)
+RESIDENT_BYTES = Gauge(
+    "dsh_writer_resident_bytes",
+    "Logged bytes (encoded events) of the sessions held in memory, by partition.",
+    ["partition"],
+)
 READS = Counter(
     "dsh_writer_reads_total",
     "Session reads answered (SessionClient.read), by result: served or refused.",

@@ -10,6 +10,8 @@ retried with backoff rather than failing the process.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import time
@@ -20,9 +22,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from dsh.projections import Interpreter
 from producers.errors import WriterFencedError
 from producers.writer import metrics
+from producers.writer.reload import reload_session
+from producers.writer.residency import Budget, Evicted
 from producers.writer.restore import restore_partition
 from producers.writer.settings import WriterSettings
-from producers.writer.state import PartitionState
+from producers.writer.state import PartitionState, SessionState
 from producers.writer.takeover import fence_stuck_owners
 from servicekit import kafka_clients
 from servicekit.gc_tuning import built_frozen
@@ -54,6 +58,7 @@ class Ownership:
         self.interpreters = interpreters
         self._stop = stop
         self.partitions: dict[int, PartitionState] = {}
+        self.budget = Budget(settings.max_resident_sessions, settings.max_resident_bytes)
         self._reader: Consumer | None = None  # read_committed: what a restore reads
         self._probe: Consumer | None = None  # read_uncommitted: the partitions' ends
         # Reads the group's committed offsets without waiting for open transactions.
@@ -75,10 +80,35 @@ class Ownership:
         assert self._probe is not None
         return high_watermark(self._probe, self.topics.events, partition)
 
+    def snapshots_end(self, partition: int) -> int:
+        """The snapshots partition's end now, past any open transaction."""
+        assert self._probe is not None
+        return high_watermark(self._probe, self.topics.snapshots, partition)
+
     def drop(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.partitions.pop(tp.partition, None)
+            _forget_gauges(tp.partition)
         metrics.PARTITIONS_OWNED.set(len(self.partitions))
+        self._share_budget()
+
+    def _share_budget(self) -> None:
+        """Each owned partition gets an even share of the writer's resident-session budget."""
+        share = self.budget.share(len(self.partitions))
+        for state in self.partitions.values():
+            state.residency.budget = share
+
+    def _reload(self, partition: int, session_id: str, stub: Evicted) -> SessionState:
+        assert self._reader is not None
+        return reload_session(
+            self._reader,
+            (self.topics.events, self.topics.snapshots),
+            partition,
+            session_id,
+            stub,
+            self.interpreters,
+            self.settings.restore_timeout_ms / 1000,
+        )
 
     def restore(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Restore the partitions' sessions; returns where their consumption must resume.
@@ -151,6 +181,7 @@ class Ownership:
                 interpreters=self.interpreters,
                 rejection_slots=self.settings.rejection_slots,
             )
+            state.residency.reload = functools.partial(self._reload, tp.partition)
             self.partitions[tp.partition] = state
             restored.add(tp.partition)
             elapsed = time.monotonic() - started
@@ -166,6 +197,9 @@ class Ownership:
                 extra={"partition": tp.partition},  # a context field of the structured line
             )
         metrics.PARTITIONS_OWNED.set(len(self.partitions))
+        self._share_budget()
+        for p in restored:
+            evict_restored(self.partitions[p])
         return [
             TopicPartition(
                 tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
@@ -213,6 +247,8 @@ class Ownership:
         """Drop every partition's state (after a failed transaction: trust nothing in memory);
         returns the partitions, for :meth:`rewind`."""
         owned = [TopicPartition(self.topics.commands, p) for p in self.partitions]
+        for p in self.partitions:
+            _forget_gauges(p)
         self.partitions.clear()
         return owned
 
@@ -237,3 +273,19 @@ class Ownership:
                     seek_exc,
                     extra={"partition": tp.partition},
                 )
+
+
+def evict_restored(state: PartitionState) -> None:
+    """Evict a restored partition's sessions past its budget: all they hold is committed, so
+    their stubs point at it at once, no snapshot needed."""
+    residency = state.residency
+    for session_id, size in residency.victims():
+        held = state.sessions.pop(session_id)
+        residency.drop(session_id, held.stub(size))
+        metrics.EVICTIONS.inc()
+
+
+def _forget_gauges(partition: int) -> None:
+    for gauge in (metrics.RESIDENT_SESSIONS, metrics.RESIDENT_BYTES):
+        with contextlib.suppress(KeyError):  # never set: nothing served yet
+            gauge.remove(str(partition))

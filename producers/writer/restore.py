@@ -65,6 +65,8 @@ def restore_partition(
     The remembered rejections come from the same topic (``producers.writer.rejections``)."""
     events_topic, snapshots_topic = topics
     snapshots: dict[str, WriterSnapshot] = {}
+    sizes: dict[str, int] = {}  # logged bytes of each session, as read
+    snapshots_end = 0
     slots: list[Slot] = [] if _slots is None else _slots
     start = 0
     if use_snapshots:
@@ -74,6 +76,7 @@ def restore_partition(
         # last record of each key is decoded, or a restore would decode a session's events
         # once per snapshot of it.
         last_of_key: dict[bytes | None, Message] = {}
+        snapshot_at: dict[str, int] = {}  # session id -> offset of its latest snapshot
         ranges: dict[int, tuple[int | None, int | None]] = {partition: (None, end)}
         for message in read_partitions(reader, snapshots_topic, ranges, timeout_s):
             if is_slot_key(message.key()):
@@ -86,6 +89,9 @@ def restore_partition(
         for message in last_of_key.values():
             snapshot = decode_snapshot(message.value() or b"")
             snapshots[snapshot.session_id] = snapshot
+            snapshot_at[snapshot.session_id] = message.offset() or 0
+            sizes[snapshot.session_id] = len(message.value() or b"")
+        snapshots_end = end
     end = high_watermark(probe, events_topic, partition)
     logs: dict[str, list[dict[str, Any]]] = {}
     values: dict[str, list[bytes | None]] = {}
@@ -93,8 +99,14 @@ def restore_partition(
     bare: set[str] = set()  # sessions created with invariants off
     interpreters = interpreters or {}
     state = PartitionState(
-        partition, interpreters, restored_from=start, rejections=Rejections(rejection_slots)
+        partition,
+        interpreters,
+        restored_from=start,
+        rejections=Rejections(rejection_slots),
+        snapshots_mark=snapshots_end,
+        events_mark=end,
     )
+    tail_at: dict[str, int] = {}  # session id -> offset of its first event after its snapshot
     ranges = {partition: (start or None, end)}  # from its first offset unless checkpointed
     for message in read_partitions(reader, events_topic, ranges, timeout_s):
         try:
@@ -108,8 +120,11 @@ def restore_partition(
             continue  # already in the snapshot
         if record.event["seq"] == 0 and created_bare(message.headers()):
             bare.add(record.session_id)
+        if record.session_id not in logs:
+            tail_at[record.session_id] = message.offset() or 0
         logs.setdefault(record.session_id, []).append(record.event)
         values.setdefault(record.session_id, []).append(reusable_value(message.value()))
+        sizes[record.session_id] = sizes.get(record.session_id, 0) + len(message.value() or b"")
         request_ids.setdefault(record.session_id, []).append(
             header(message.headers(), HEADER_REQUEST)
         )
@@ -147,7 +162,18 @@ def restore_partition(
         requests.update(requests_from_log(request_ids.get(session_id, []), len(head)))
         known: list[bytes | None] = [None] * len(head)
         known += values.get(session_id, [])
-        state.sessions[session_id] = SessionState(session, requests, {}, len(tail), known)
+        state.sessions[session_id] = SessionState(
+            session,
+            requests,
+            {},
+            len(tail),
+            known,
+            snapshot_from=snapshot_at.get(session_id),
+            snapshot_last=len(head) - 1,
+            events_from=tail_at.get(session_id, end),
+        )
+        state.residency.used(session_id)
+        state.residency.grew(session_id, sizes.get(session_id, 0))
         if tail:
             state.dirty.add(session_id)  # the next checkpoint must cover its tail
     state.rejections.load(slots, {sid: s.requests for sid, s in state.sessions.items()})

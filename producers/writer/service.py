@@ -97,6 +97,7 @@ class Writer:
             checkpoint_every=settings.checkpoint_every,
             max_snapshot_bytes=settings.max_snapshot_bytes,
             events_end=self.ownership.events_end,
+            snapshots_end=self.ownership.snapshots_end,
         )
         self.tenancy = Tenancy.parse(
             settings.tenant_prefixes, settings.tenant_keys.get_secret_value()
@@ -238,6 +239,7 @@ class Writer:
             state = self.ownership.partitions.get(p)
             if state is not None:  # else revoked or lost since
                 state.rejections.committed()
+                state.residency.committed()
 
     # -- batches --------------------------------------------------------------------------
 

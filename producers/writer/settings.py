@@ -60,6 +60,15 @@ class WriterSettings(StrictSettings):
     max_snapshot_bytes: Annotated[int, Field(ge=1)] = 900 * KIB
     """Largest snapshot; a session whose snapshot is larger restores from its events alone.
     Keep it under the broker's record size limit."""
+    max_resident_sessions: Annotated[int, Field(ge=0)] = 0
+    """Most sessions the writer keeps in memory, shared evenly by the partitions it owns (`0`:
+    no limit). Past it, the least recently used are evicted (snapshotted first if need be)
+    and restored from the snapshots and events topics when a command or a read comes for
+    them."""
+    max_resident_bytes: Annotated[int, Field(ge=0)] = 0
+    """Most logged bytes (the encoded events) of the sessions the writer keeps in memory,
+    shared and evicted like `max_resident_sessions` (`0`: no limit); the process holds a few
+    times that in memory (docs/operations.md)."""
     rejection_slots: Annotated[int, Field(ge=0)] = 1024
     """Rejected requests remembered per partition, in slots of up to 64, so that a retry gets
     the original rejection even after a restart (`0`: retries are validated again)."""

@@ -31,10 +31,14 @@ class Snapshots:
         checkpoint_every: int,
         max_snapshot_bytes: int,
         events_end: Callable[[int], int],
+        snapshots_end: Callable[[int], int] | None = None,
     ) -> None:
         """``topic``: the snapshots topic; ``events_end(p)``: the end of events partition p
-        now (its high watermark), the offset a checkpoint records."""
+        now (its high watermark), the offset a checkpoint records; ``snapshots_end(p)``: the
+        same of snapshots partition p (None: never asked, an eviction's stub points at the
+        partition's mark as it was at the restore)."""
         self.topic = topic
+        self.snapshots_end = snapshots_end
         self.snapshot_every = snapshot_every
         self.checkpoint_every = checkpoint_every
         self.max_snapshot_bytes = max_snapshot_bytes
@@ -52,6 +56,30 @@ class Snapshots:
         its own events."""
         self._stage_rejections(state, outbox)
         self._checkpoint(state, outbox)
+        self._evict(state, outbox)
+        residency = state.residency
+        p = str(state.partition)
+        metrics.RESIDENT_SESSIONS.labels(p).set(len(residency))
+        metrics.RESIDENT_BYTES.labels(p).set(residency.resident_bytes)
+
+    def _evict(self, state: PartitionState, outbox: Outbox) -> None:
+        """The least recently used sessions past the budget leave memory once this transaction
+        commits, snapshotted in it first if their latest snapshot lacks events (one too large
+        to snapshot leaves too: its events are on the events topic)."""
+        residency = state.residency
+        if residency.over():
+            if self.snapshots_end is not None:
+                # Where this transaction's snapshots will be, at the latest.
+                state.snapshots_mark = self.snapshots_end(state.partition)
+            for session_id, size in residency.victims():
+                held = state.sessions[session_id]
+                if held.snapshot_last < len(held.session) - 1:
+                    self._snapshot(state, session_id, outbox)
+                del state.sessions[session_id]
+                if len(held.session):  # else nothing to restore: a new session if it comes
+                    residency.leave(session_id, held, held.stub(size))
+                metrics.EVICTIONS.inc()
+        residency.stage()
 
     def _stage_rejections(self, state: PartitionState, outbox: Outbox) -> None:
         """The batch's rejections into the transaction, so a retry gets them after a restore
@@ -64,7 +92,10 @@ class Snapshots:
 
     def _snapshot(self, state: PartitionState, session_id: str, outbox: Outbox) -> int | None:
         """Produce the session's snapshot; its size, or None when it is too large to keep."""
-        session_state = state.sessions[session_id]
+        session_state = state.sessions.get(session_id)
+        if session_state is None:
+            # Evicted without a snapshot, as too large for one (they are never dirty else).
+            return None
         value = b"" if session_state.oversized else session_state.snapshot()
         if session_state.oversized or len(value) > self.max_snapshot_bytes:
             # Snapshots only speed restores up; the events topic alone restores correctly.
@@ -77,6 +108,9 @@ class Snapshots:
             state.partition, self.topic, value, session_id.encode(), state.partition, SNAPSHOT
         )
         session_state.events_since_snapshot = 0
+        session_state.snapshot_from = state.snapshots_mark
+        session_state.snapshot_last = len(session_state.session) - 1
+        session_state.events_from = state.events_mark
         state.dirty.discard(session_id)
         metrics.SNAPSHOTS.labels("written").inc()
         return len(value)
@@ -95,7 +129,9 @@ class Snapshots:
                 # A session whose log does not restore has no snapshot: past a checkpoint, a
                 # restore would not see its events at all and take it for a new session.
                 return
-            offset = self.events_end(state.partition)
+            offset = state.events_mark = self.events_end(state.partition)
+            if self.snapshots_end is not None:
+                state.snapshots_mark = self.snapshots_end(state.partition)
             # Popped from the end: sorted in reverse, so sessions go in id order.
             state.checkpoint = (offset, sorted(state.dirty, reverse=True))
             state.events_since_checkpoint = 0

@@ -24,6 +24,7 @@ from producers.errors import (
     PayloadTooLargeError,
 )
 from producers.writer.rejections import Rejections
+from producers.writer.residency import Evicted, Residency
 from producers.writer.wire import answered_request, snapshot_value
 from schemas import AppendCommand, default_store, encode_event
 from schemas.codec import HEADER_SIZE
@@ -100,6 +101,23 @@ class SessionState:
     # limit, it stays over it, and building it again (the whole session's bytes, every
     # snapshot_every events) would only be thrown away.
     oversized: bool = False
+    # Where the topics hold this session, should it be evicted (producers.writer.residency):
+    # a snapshots offset at or before its latest snapshot (None: none written), that
+    # snapshot's last seq, and an events offset at or before its first event after it.
+    snapshot_from: int | None = None
+    snapshot_last: int = -1
+    events_from: int = 0
+
+    def stub(self, size: int) -> Evicted:
+        """What is left of the session once evicted; ``size``: its logged bytes."""
+        return Evicted(
+            len(self.session),
+            self.session.invariants,
+            self.snapshot_from,
+            self.snapshot_last,
+            self.events_from,
+            size,
+        )
 
     def event_values(self, start: int, stop: int) -> list[bytes]:
         """Topic values of events ``start`` ..< ``stop``, encoding (and keeping) any not known."""
@@ -180,16 +198,36 @@ class PartitionState:
 
     # Requests rejected recently: a retry gets the same rejection (producers/writer/rejections.py).
     rejections: Rejections = field(default_factory=Rejections)
+    # The sessions kept in memory, and where the evicted ones are (producers/writer/residency.py).
+    residency: Residency = field(default_factory=Residency)
+    # Offsets at or before any record produced from now on, in the snapshots and events
+    # partitions (the ends last asked for): where an eviction says to look for its records.
+    snapshots_mark: int = 0
+    events_mark: int = 0
+
+    def held(self, session_id: str) -> SessionState | None:
+        """The session's state, restored if it was evicted; None for a session never seen."""
+        state = self.sessions.get(session_id)
+        if state is None:
+            state = self.residency.take_back(session_id)
+            if state is None:
+                return None
+            self.sessions[session_id] = state
+        else:
+            self.residency.used(session_id)
+        return state
 
     def session(self, session_id: str, invariants: bool | None = None) -> SessionState:
         """The session's state, made if need be. ``invariants``: the mode a command asks for
         (None: the default, on); a session with no event yet takes it (the mode is fixed by
         the first committed append), any other keeps its own."""
-        state = self.sessions.get(session_id)
+        state = self.held(session_id)
         mode = True if invariants is None else invariants
         if state is None:
             state = SessionState(new_session(session_id, self.interpreters, mode))
+            state.events_from = self.events_mark
             self.sessions[session_id] = state
+            self.residency.used(session_id)
         elif not len(state.session) and state.session.invariants != mode:
             # Only a rejected command made it: as a restore would, start it afresh.
             state.session = new_session(session_id, self.interpreters, mode)
@@ -255,6 +293,7 @@ class PartitionState:
             return Outcome(error=without_traceback(exc))
         state.requests[command.request_id] = (before, len(events))
         state.clients[command.request_id] = command.client_id
+        self.residency.grew(command.session_id, size)
         state.events_since_snapshot += len(events)
         self.dirty.add(command.session_id)
         self.events_since_checkpoint += len(events)

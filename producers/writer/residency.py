@@ -1,0 +1,153 @@
+"""Which sessions of a partition the writer keeps in memory (``DSH_WRITER_MAX_RESIDENT_*``).
+
+Sessions are kept in order of last use. Past the partition's share of the budget, the least
+recently used ones are evicted after a batch: a session with events no snapshot covers is
+snapshotted in that batch's transaction first, and it stays in memory (*leaving*) until that
+transaction commits, so nothing is ever looked for on the topics before it is there. Then only
+an :class:`Evicted` stub is left: where its latest snapshot and the events after it are, which
+is all a command or a read needs to restore it (:mod:`.reload`). A transaction that fails drops
+the partition's whole state anyway, stubs included, and the partition is restored.
+
+No Kafka here: the reload is handed in. Every call on a command's path is O(1).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from producers.writer.state import SessionState
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """Where an evicted session is found again: the snapshots record of its latest snapshot
+    (at or after ``snapshot_from``, with last seq ``snapshot_last``; ``snapshot_from`` None: no
+    snapshot, the events topic holds all of it) and its events after that snapshot (at or
+    after events offset ``events_from``), ``length`` events in all."""
+
+    length: int
+    invariants: bool
+    snapshot_from: int | None
+    snapshot_last: int
+    events_from: int
+    size: int  # logged bytes, counted against the budget once it is back
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A partition's share of the writer's budget; 0: no limit of that kind."""
+
+    sessions: int = 0
+    bytes: int = 0
+
+    @property
+    def bounded(self) -> bool:
+        return bool(self.sessions or self.bytes)
+
+    def share(self, partitions: int) -> Budget:
+        """This budget split evenly among ``partitions`` (at least one session each)."""
+        n = max(partitions, 1)
+        return Budget(
+            -(-self.sessions // n) if self.sessions else 0,
+            -(-self.bytes // n) if self.bytes else 0,
+        )
+
+
+Reload = Callable[[str, Evicted], "SessionState"]
+
+
+@dataclass
+class Residency:
+    budget: Budget = field(default_factory=Budget)
+    # Restores an evicted session from the topics (producers.writer.reload); None: none are.
+    reload: Reload | None = None
+    # Resident sessions by last use, oldest first: session id -> logged bytes.
+    _used: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    resident_bytes: int = 0
+    # Evicted in a transaction not yet committed: still in memory, back at once if asked for.
+    leaving: dict[str, tuple[SessionState, Evicted]] = field(default_factory=dict)
+    evicted: dict[str, Evicted] = field(default_factory=dict)
+    # Sessions evicted by each transaction produced but not yet committed, oldest first.
+    _staged: list[list[str]] = field(default_factory=list)
+    _pending: list[str] = field(default_factory=list)  # evicted in the open transaction
+
+    def __len__(self) -> int:
+        return len(self._used)
+
+    def used(self, session_id: str) -> None:
+        """The session serves a command or a read now."""
+        used = self._used
+        if session_id in used:
+            used.move_to_end(session_id)
+        else:
+            used[session_id] = 0
+
+    def grew(self, session_id: str, size: int) -> None:
+        """The session (resident) logged ``size`` more bytes."""
+        self._used[session_id] += size
+        self.resident_bytes += size
+
+    def forget(self, session_id: str) -> None:
+        self.resident_bytes -= self._used.pop(session_id, 0)
+
+    def over(self) -> bool:
+        b = self.budget
+        return bool(
+            (b.sessions and len(self._used) > b.sessions)
+            or (b.bytes and self.resident_bytes > b.bytes)
+        )
+
+    def victims(self) -> Iterator[tuple[str, int]]:
+        """The least recently used sessions to evict, oldest first, with their logged bytes,
+        until within budget; the most recently used one always stays. Each is forgotten as
+        it is yielded."""
+        used = self._used
+        while self.over() and len(used) > 1:
+            session_id, size = used.popitem(last=False)
+            self.resident_bytes -= size
+            yield session_id, size
+
+    # -- evicting, in step with the transactions -------------------------------------------
+
+    def leave(self, session_id: str, state: SessionState, stub: Evicted) -> None:
+        """Evict the session in the open transaction (its snapshot, if any, is in it)."""
+        self.leaving[session_id] = (state, stub)
+        self._pending.append(session_id)
+
+    def drop(self, session_id: str, stub: Evicted) -> None:
+        """Evict a session whose state the topics already hold, committed (after a restore)."""
+        self.evicted[session_id] = stub
+
+    def stage(self) -> None:
+        """The open transaction is produced: what it evicted goes once it commits. One call
+        per transaction, to be followed by one :meth:`committed`."""
+        self._staged.append(self._pending)
+        self._pending = []
+
+    def committed(self) -> None:
+        """The oldest staged transaction committed: its evicted sessions leave memory."""
+        for session_id in self._staged.pop(0) if self._staged else ():
+            left = self.leaving.pop(session_id, None)
+            if left is not None:  # else asked for again since, and resident
+                self.evicted[session_id] = left[1]
+
+    def take_back(self, session_id: str) -> SessionState | None:
+        """The session's state if it was evicted (restored from the topics if need be), or
+        None if this partition never had it."""
+        left = self.leaving.pop(session_id, None)
+        if left is not None:
+            state, stub = left
+        else:
+            stub_or_none = self.evicted.get(session_id)
+            if stub_or_none is None or self.reload is None:
+                return None
+            stub = stub_or_none
+            state = self.reload(session_id, stub)
+            del self.evicted[session_id]
+        self.used(session_id)
+        self.grew(session_id, stub.size)
+        return state

@@ -1,0 +1,160 @@
+"""The eviction policy of the writer (producers/writer/residency.py): least recently used first,
+within a budget of sessions and logged bytes, in step with the transactions; and what an
+eviction leaves to restore the session from (producers/writer/snapshots.py). Restoring from
+real topics: tests/integration/test_writer_residency.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from producers.writer.journal import SNAPSHOT
+from producers.writer.residency import Budget, Evicted, Residency
+from producers.writer.snapshots import Snapshots
+from producers.writer.state import PartitionState, SessionState, new_session
+from schemas import decode_snapshot
+from tests.support.builders import user
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.snapshots: list[tuple[bytes | None, bytes | None]] = []
+
+    def put(self, serves: int, topic: str, value: bytes | None, key: bytes | None,
+            partition: int, kind: Any, request_id: bytes | None = None) -> None:  # fmt: skip
+        if kind == SNAPSHOT:
+            self.snapshots.append((key, value))
+
+
+def _residency(sessions: int = 0, size: int = 0) -> Residency:
+    return Residency(Budget(sessions, size))
+
+
+def test_the_least_recently_used_go_first_and_the_last_used_always_stays() -> None:
+    r = _residency(sessions=2)
+    for sid in ("a", "b", "c"):
+        r.used(sid)
+    r.used("a")  # a is now the most recent: b is the oldest
+    assert [sid for sid, _ in r.victims()] == ["b"]
+    assert not r.over()
+    one = _residency(size=10)
+    one.used("big")
+    one.grew("big", 100)
+    assert list(one.victims()) == []  # alone, it stays whatever its size
+
+
+def test_a_byte_budget_evicts_until_the_rest_fits() -> None:
+    r = _residency(size=100)
+    for sid, size in (("a", 60), ("b", 30), ("c", 50)):
+        r.used(sid)
+        r.grew(sid, size)
+    assert list(r.victims()) == [("a", 60)]
+    assert r.resident_bytes == 80
+    unbounded = _residency()
+    unbounded.used("a")
+    unbounded.grew("a", 1 << 40)
+    assert not unbounded.over()
+
+
+@pytest.mark.parametrize(
+    ("budget", "partitions", "share"),
+    [
+        (Budget(10, 1000), 3, Budget(4, 334)),
+        (Budget(2, 0), 4, Budget(1, 0)),
+        (Budget(), 2, Budget()),
+    ],
+)
+def test_each_partition_gets_an_even_share_of_the_budget(
+    budget: Budget, partitions: int, share: Budget
+) -> None:
+    assert budget.share(partitions) == share
+
+
+def _stub(length: int = 3) -> Evicted:
+    return Evicted(length, True, 7, length - 1, 40, 500)
+
+
+def test_an_evicted_session_leaves_memory_only_once_its_transaction_commits() -> None:
+    reloads: list[str] = []
+    held = SessionState(new_session("a", {}))
+
+    def reload(sid: str, stub: Evicted) -> SessionState:
+        reloads.append(sid)
+        return held
+
+    r = Residency(reload=reload)
+    r.leave("a", held, _stub())
+    r.stage()
+    r.stage()  # a later transaction, evicting nothing
+    assert "a" in r.leaving and "a" not in r.evicted
+    r.committed()
+    assert r.evicted == {"a": _stub()} and not r.leaving
+    r.committed()
+    assert r.take_back("a") is held and reloads == ["a"]
+    assert r.resident_bytes == 500 and "a" not in r.evicted
+    assert r.take_back("never-seen") is None
+
+
+def test_a_session_asked_for_before_its_eviction_commits_comes_back_from_memory() -> None:
+    held = SessionState(new_session("a", {}))
+    r = Residency(reload=lambda sid, stub: pytest.fail("read from the topics"))
+    r.leave("a", held, _stub())
+    r.stage()
+    assert r.take_back("a") is held
+    r.committed()
+    assert not r.evicted and not r.leaving
+
+
+def _partition(sessions: int) -> PartitionState:
+    state = PartitionState(0, snapshots_mark=11, events_mark=22)
+    state.residency.budget = Budget(sessions=sessions)
+    return state
+
+
+def _append(state: PartitionState, sid: str, count: int) -> SessionState:
+    held = state.session(sid)
+    for i in range(count):
+        held.session.append("user/message", user(f"{sid}{i}"), surface_op="append")
+    state.residency.grew(sid, 100 * count)
+    state.dirty.add(sid)
+    return held
+
+
+def _snapshots(max_bytes: int = 1 << 20) -> Snapshots:
+    return Snapshots("snapshots", snapshot_every=0, checkpoint_every=0,
+                     max_snapshot_bytes=max_bytes, events_end=lambda p: 0,
+                     snapshots_end=lambda p: 33)  # fmt: skip
+
+
+def test_an_evicted_session_is_snapshotted_first_and_its_stub_points_at_that_snapshot() -> None:
+    state = _partition(sessions=1)
+    _append(state, "old", 3)
+    _append(state, "new", 1)
+    outbox = Outbox()
+    _snapshots().after_batch(state, outbox)
+    assert list(state.sessions) == ["new"]
+    ((key, value),) = outbox.snapshots
+    assert key == b"old" and decode_snapshot(value or b"").last_seq == 2
+    stub = state.residency.leaving["old"][1]
+    assert stub == Evicted(3, True, 33, 2, 22, 300)
+    assert "old" not in state.dirty
+
+
+def test_a_session_too_large_to_snapshot_is_evicted_to_its_events() -> None:
+    state = _partition(sessions=1)
+    _append(state, "old", 3)
+    _append(state, "new", 1)
+    outbox = Outbox()
+    _snapshots(max_bytes=1).after_batch(state, outbox)
+    assert outbox.snapshots == []
+    assert state.residency.leaving["old"][1] == Evicted(3, True, None, -1, 22, 300)
+
+
+def test_a_session_with_no_event_is_simply_forgotten() -> None:
+    state = _partition(sessions=1)
+    state.session("empty")  # a rejected first command leaves one
+    _append(state, "new", 1)
+    _snapshots().after_batch(state, Outbox())
+    assert list(state.sessions) == ["new"]
+    assert not state.residency.leaving and state.held("empty") is None
