@@ -51,7 +51,7 @@ from tests.support.waiting import wait_for
 ALL = list(range(PARTITIONS))
 CUT_S = 4.0  # a cut that needs no timeout to pass: long enough for several transactions
 LATENCY_MS, JITTER_MS, LOSS = 200, 50, 0.05
-SLOW_S = 6.0
+SLOW_S = 4.0
 
 
 @dataclass

@@ -1,14 +1,11 @@
 """Toxiproxy (Shopify's TCP fault proxy) as a process of the test run, and the few calls of
 its REST API the network-fault tests make: a proxy per link, cut, slowed, healed.
 
-The server is a Go module, built into ``.state/tools`` by ``make test-tools`` (or by
-:func:`ensure_server` on first use when Go is there)."""
+The server is a Go module, built into ``.state/tools`` by ``make test-tools``."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -16,28 +13,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
-VERSION = "v2.5.0"  # the newest v2 release the Go module proxy serves as a module
+VERSION = "v2.5.0"  # the Makefile's TOXIPROXY_VERSION
 TOOLS = REPO / ".state" / "tools"
 SERVER = TOOLS / f"toxiproxy-server-{VERSION}"
 
 
 def ensure_server() -> Path:
-    """The server binary, built from the Go module proxy when missing."""
-    if SERVER.exists():
-        return SERVER
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError(f"{SERVER} is missing and Go is not installed: run `make test-tools`")
-    build = TOOLS / "build"
-    subprocess.run(
-        [go, "install", f"{MODULE}@{VERSION}"],
-        env=os.environ | {"GOBIN": str(build)},
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
-    (build / "server").rename(SERVER)
+    if not SERVER.exists():
+        raise RuntimeError(f"{SERVER} is missing: `make test-tools` builds it (needs Go)")
     return SERVER
 
 
