@@ -141,10 +141,6 @@ class ProxiedKafkaCluster(KafkaCluster):
             "listener.security.protocol.map": ",".join(f"{n}:PLAINTEXT" for n in names),
             "inter.broker.listener.name": f"FROM{me}",
             "controller.quorum.voters": voters,
-            # A broker whose heartbeats stop arriving is fenced after 4 s, not 9: the leader
-            # isolation test waits that long once.
-            "broker.session.timeout.ms": 4000,
-            "broker.heartbeat.interval.ms": 1000,
         }
         lines = []
         for line in node.properties.read_text().splitlines():
