@@ -346,11 +346,11 @@ def _leaders(bootstrap: str, topics: list[str]) -> dict[int, int]:
     return counts
 
 
-# Not in `make test` yet: with Kafka's 9 s broker session it passed both runs here (recovery
-# 15.9 and 18.8 s), but with a 4 s one every session stalled for the whole 120 s bound while the
-# cut lasted, not only those the isolated node led: a writer's restore saw "no progress (a
-# transaction left open)", which points at a transaction coordinator left on the node that
-# cannot hear it was fenced. Run it with DSH_RELIABILITY_ONE_WAY=1.
+# Not in `make test` yet: it passed two runs of four here (recovery 15.9 and 18.8 s); in the
+# other two every session stalled for the whole 120 s bound while the cut lasted, not only those
+# the isolated node led: a writer's restore saw "no progress (a transaction left open)", which
+# points at a transaction coordinator left on the node that cannot hear it was fenced.
+# RELIABILITY.md has the runs. DSH_RELIABILITY_ONE_WAY=1 runs it.
 @pytest.mark.skipif(
     os.environ.get("DSH_RELIABILITY_ONE_WAY") != "1",
     reason="one-way leader isolation can stall every session while the cut lasts: "
