@@ -107,6 +107,8 @@ class Namespace:
     # Service name → the Kafka settings it reaches the brokers with, where not ``kafka`` (a
     # network-fault test gives the process it cuts off a path of its own).
     kafka_of: dict[str, KafkaSettings] = field(default_factory=dict)
+    # How the checker reads the topics, where not ``kafka`` (past the fault proxies).
+    checker_kafka: KafkaSettings | None = None
 
     @property
     def key_prefix(self) -> str:
@@ -760,3 +762,21 @@ def run_load(
     assert history.unresolved == 0
     extra["retries"] = history.retries
     return history, extra
+
+
+def judge(
+    name: str,
+    pipeline: Pipeline,
+    ns: Namespace,
+    load: Load,
+    client: redis.Redis,
+    history: History,
+    extra: dict[str, Any],
+) -> None:
+    """The history checked clean, every session verified, the figures recorded."""
+    extra["service_restarts"] = pipeline.restarts()
+    extra["events_per_s"] = history.events_per_s()
+    verdict = check_history(ns.checker_kafka or ns.kafka, history)
+    verdict.assert_clean()
+    extra["projector_catch_up_s"] = verify_all(ns, client, history.sessions, 120)
+    record_figures(name, load, verdict, **extra)

@@ -24,24 +24,21 @@ from deploy.local.kafka import tool_command
 from deploy.local.processes import free_port_block, free_ports
 from deploy.local.settings import LocalStackSettings
 from deploy.local.stack import LocalStack
-from servicekit.settings import KafkaSettings
 from tests.reliability.harness import (
     PARTITIONS,
     History,
     Load,
     Namespace,
     Pipeline,
-    check_history,
+    judge,
     not_recovered,
     projections_behind,
     projections_reach,
-    record_figures,
     recovered,
     recovery_seconds,
     run_load,
     sessions_spread,
     split,
-    verify_all,
 )
 from tests.reliability.proxied import Links, ProxiedKafkaCluster, lane_settings, start_proxies
 from tests.support import packet_loss
@@ -72,12 +69,6 @@ class Net:
 
     def lane(self, lane: str) -> list[str]:
         return [link.name for link in self.links.lanes[lane].values()]
-
-    def direct(self, kafka: KafkaSettings) -> KafkaSettings:
-        """``kafka`` through the nodes' own PLAINTEXT listeners, past every proxy."""
-        return kafka.model_copy(
-            update={"bootstrap_servers": self.stack.settings.bootstrap_servers()}
-        )
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +101,8 @@ def ns(net: Net, tmp_path: Path) -> Namespace:
     """This test's topics; its services reach the brokers through the ``SERVICES`` lane and
     Redis through its proxy, unless the test gives one its own lane."""
     direct = fresh_topics(net.stack.settings.bootstrap_servers(), PARTITIONS, "net")
-    return Namespace(lane_settings(direct, net.links, "SERVICES"), net.links.redis_url(), tmp_path)
+    services = lane_settings(direct, net.links, "SERVICES")
+    return Namespace(services, net.links.redis_url(), tmp_path, checker_kafka=direct)
 
 
 @pytest.fixture
@@ -146,24 +138,6 @@ def _projection_caught_up(
         explain=lambda: projections_behind(client, ns.key_prefix, targets, projections),
     )
     return time.monotonic() - since
-
-
-def _judge(
-    name: str,
-    pipeline: Pipeline,
-    net: Net,
-    ns: Namespace,
-    load: Load,
-    client: redis.Redis,
-    history: History,
-    extra: dict[str, Any],
-) -> None:
-    extra["service_restarts"] = pipeline.restarts()
-    extra["events_per_s"] = history.events_per_s()
-    verdict = check_history(net.direct(ns.kafka), history)
-    verdict.assert_clean()
-    extra["projector_catch_up_s"] = verify_all(ns, client, history.sessions, 120)
-    record_figures(name, load, verdict, **extra)
 
 
 def test_a_writer_cut_off_from_the_brokers_past_its_session_timeout_is_fenced(
@@ -203,9 +177,7 @@ def test_a_writer_cut_off_from_the_brokers_past_its_session_timeout_is_fenced(
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
         time.sleep(2)  # anything the stale writer could still publish is committed by now
-        _judge(
-            "writer cut off from the brokers", pipeline, net, ns, load, redis_client, history, extra
-        )
+        judge("writer cut off from the brokers", pipeline, ns, load, redis_client, history, extra)
 
 
 def test_a_projector_cut_off_from_redis_catches_up(
@@ -230,9 +202,7 @@ def test_a_projector_cut_off_from_redis_catches_up(
             }
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
-        _judge(
-            "projectors cut off from Redis", pipeline, net, ns, load, redis_client, history, extra
-        )
+        judge("projectors cut off from Redis", pipeline, ns, load, redis_client, history, extra)
 
 
 def test_a_projector_cut_off_from_kafka_past_its_session_timeout_catches_up(
@@ -260,9 +230,7 @@ def test_a_projector_cut_off_from_kafka_past_its_session_timeout_catches_up(
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
         extra["partitions_lost"] = surface.log().count("partitions lost")
-        _judge(
-            "projector cut off from Kafka", pipeline, net, ns, load, redis_client, history, extra
-        )
+        judge("projector cut off from Kafka", pipeline, ns, load, redis_client, history, extra)
 
 
 def test_the_client_cut_off_mid_append_gets_the_original_replies(
@@ -290,7 +258,7 @@ def test_the_client_cut_off_mid_append_gets_the_original_replies(
             ns, load, sessions_spread(load.sessions), fault, client_timeout, client_lane
         )
         assert history.retries > 0, "no append timed out: the cut did not cut"
-        _judge("client cut off mid-append", pipeline, net, ns, load, redis_client, history, extra)
+        judge("client cut off mid-append", pipeline, ns, load, redis_client, history, extra)
 
 
 def test_latency_and_packet_loss_on_every_broker_link(
@@ -321,7 +289,7 @@ def test_latency_and_packet_loss_on_every_broker_link(
             }
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
-        _judge("latency 200 ms and 5 % loss", pipeline, net, ns, load, redis_client, history, extra)
+        judge("latency 200 ms and 5 % loss", pipeline, ns, load, redis_client, history, extra)
 
 
 def _quorum_leader(net: Net) -> int:
@@ -395,4 +363,4 @@ def test_a_leader_cut_off_from_its_peers_one_way_is_replaced(
             }
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
-        _judge("leader isolated one way", pipeline, net, ns, load, redis_client, history, extra)
+        judge("leader isolated one way", pipeline, ns, load, redis_client, history, extra)
