@@ -43,7 +43,7 @@ class Toxiproxy:
             try:
                 self._call("GET", "/proxies")
                 return
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or something else is there
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.close()
                     raise RuntimeError(f"toxiproxy did not start; see {log_path}") from None
