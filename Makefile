@@ -37,16 +37,27 @@ check: $(STAMP)
 	$(BIN)/lint-imports
 
 # Validators the manifest tests call (promtool, docker-compose 1.x parses compose files without
-# an engine) and openssl (the TLS test's certificates); installed from Debian's packages when
-# missing and we may, else those tests skip or fail saying what is missing.
-test-tools:
+# an engine), openssl (the TLS test's certificates) and iptables (the network faults' packet
+# loss); installed from Debian's packages when missing and we may, else those tests skip or fail
+# saying what is missing. Toxiproxy, the network faults' proxy, is a Go module: built once into
+# .state/tools from the Go module proxy.
+TOXIPROXY_VERSION := v2.5.0
+TOXIPROXY := .state/tools/toxiproxy-server-$(TOXIPROXY_VERSION)
+
+$(TOXIPROXY):
+	mkdir -p .state/tools/build
+	GOBIN=$(CURDIR)/.state/tools/build go install \
+	  github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+	mv .state/tools/build/server $@
+
+test-tools: $(TOXIPROXY)
 	@if ! command -v promtool >/dev/null || ! command -v docker-compose >/dev/null \
-	    || ! command -v openssl >/dev/null; then \
+	    || ! command -v openssl >/dev/null || ! command -v iptables >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      --no-install-recommends prometheus docker-compose openssl >/dev/null) \
-	      || echo "warning: could not install promtool/docker-compose/openssl"; \
-	  else echo "note: promtool/docker-compose/openssl missing; their checks will skip or fail"; fi; \
+	      --no-install-recommends prometheus docker-compose openssl iptables >/dev/null) \
+	      || echo "warning: could not install promtool/docker-compose/openssl/iptables"; \
+	  else echo "note: promtool/docker-compose/openssl/iptables missing; their checks will skip or fail"; fi; \
 	fi
 	@# Debian's Chromium: the session inspector's browser tests drive it with Playwright (no
 	@# browser download).

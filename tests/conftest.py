@@ -35,7 +35,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test` runs two pytest-xdist workers: the reliability suite on one (its 3-broker
     cluster), everything else on the other (the one-broker stack), so each half's servers start
-    once and the two halves, mostly waiting on brokers and timeouts, overlap.
+    once and the two halves, mostly waiting on brokers and timeouts, overlap. The network faults
+    (a proxied cluster of their own) are a third unit: the worker that finishes its half first
+    runs them, never beside both halves at once.
 
     xdist's ``loadgroup`` would do it with marks, but it renames test ids through
     ``item._nodeid``, which pytest 9.2 no longer reads; its ``loadscope`` scheduler with two
@@ -44,6 +46,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class TwoHalves(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith("tests/reliability/test_network_faults.py"):
+                return "network faults"
             return "reliability" if nodeid.startswith("tests/reliability/") else "main"
 
     return TwoHalves(config, log)

@@ -346,3 +346,70 @@ def test_redis_lost_while_the_projectors_were_down_is_rebuilt_at_start(
     for session in sessions[:2]:
         report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
         assert report.ok, "\n".join(report.differences)
+
+
+def _group_members(kafka: KafkaSettings, group: str) -> list[Any]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    description = admin.describe_consumer_groups([group])[group].result(10)
+    return list(description.members)
+
+
+def test_a_projector_restarted_after_sigkill_takes_its_partitions_back_at_once(
+    topics: KafkaSettings, servers, tmp_path: Path
+) -> None:
+    """Static membership (``DSH_PROJECTOR_INSTANCE_ID``, the pod name in the shipped
+    manifests): a projector killed and started again replaces its dead predecessor in the
+    group at once, with the same assignment, instead of waiting for the dead member's session
+    to expire. Seen in the group itself: one member, the new one, holding every partition, while
+    the old session (a minute) has long to run."""
+    group = f"g-{topics.topic_prefix}-surface"
+    settings = {
+        "DSH_PROJECTOR_INSTANCE_ID": "surface-0",
+        "DSH_PROJECTOR_SESSION_TIMEOUT_MS": "60000",
+    }
+
+    def members() -> list[tuple[str, str | None, list[int]]]:
+        return [
+            (
+                m.member_id,
+                m.group_instance_id,
+                sorted(tp.partition for tp in m.assignment.topic_partitions),
+            )
+            for m in _group_members(topics, group)
+        ]
+
+    every = list(range(TEST_PARTITIONS))
+    first = start_projector_process(
+        "surface", topics, servers.redis_url, tmp_path / "a.log", **settings
+    )
+    try:
+        wait_for(
+            lambda: [m[2] for m in members()] == [every],
+            60,
+            "the first owning every partition",
+            explain=lambda: f"{members()}\n{first.log()[-1500:]}",
+        )
+        ((dead_member, instance, _),) = members()
+        assert instance is not None and instance.startswith("surface-0")
+    finally:
+        first.kill()
+    killed = time.monotonic()
+    second = start_projector_process(
+        "surface", topics, servers.redis_url, tmp_path / "b.log", **settings
+    )
+    try:
+        wait_for(
+            lambda: (
+                second.owned() == every
+                and [m[1:] for m in members()] == [(instance, every)]
+                and members()[0][0] != dead_member
+            ),
+            40,  # the dead member's session has 60 s: not waited out
+            "the restarted projector replacing its predecessor",
+        )
+        assert time.monotonic() - killed < 60
+    finally:
+        second.signal(signal.SIGTERM)
+        second.wait(30)

@@ -104,6 +104,11 @@ class Namespace:
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     redis_env: dict[str, str] = field(default_factory=dict)
     services: list[Service] = field(default_factory=list)  # every process started here
+    # Service name → the Kafka settings it reaches the brokers with, where not ``kafka`` (a
+    # network-fault test gives the process it cuts off a path of its own).
+    kafka_of: dict[str, KafkaSettings] = field(default_factory=dict)
+    # How the checker reads the topics, where not ``kafka`` (past the fault proxies).
+    checker_kafka: KafkaSettings | None = None
 
     @property
     def key_prefix(self) -> str:
@@ -137,8 +142,13 @@ class Namespace:
             | {f"DSH_PROJECTOR_{k.upper()}": str(v) for k, v in settings.items()}
         )
 
+    def own_kafka_env(self, name: str) -> dict[str, str]:
+        """``name``'s own ``DSH_KAFKA_*``, if it has its own path to the brokers."""
+        return kafka_env(self.kafka_of[name]) if name in self.kafka_of else {}
+
     def writer(self, name: str, **extra: object) -> Service:
-        service = Service(name, ["writer"], self.writer_env(**extra), self.tmp / f"{name}.log")
+        env = self.writer_env(**extra) | self.own_kafka_env(name)
+        service = Service(name, ["writer"], env, self.tmp / f"{name}.log")
         self.services.append(service)
         return service
 
@@ -148,7 +158,7 @@ class Namespace:
         service = Service(
             name,
             ["project", projection],
-            self.projector_env(**extra),
+            self.projector_env(**extra) | self.own_kafka_env(name),
             self.tmp / f"projector-{name}.log",
         )
         self.services.append(service)
@@ -238,6 +248,12 @@ class History:
 
     def total(self) -> int:
         return sum(len(v) for v in self.acked.values())
+
+    def events_per_s(self) -> float:
+        """Acknowledged appends per second, from the first acknowledgement to the last."""
+        with self.lock:
+            times = [a.at for acks in self.acked.values() for a in acks]
+        return len(times) / (max(times) - min(times)) if len(times) > 1 else 0.0
 
     def count_at(self) -> dict[str, int]:
         with self.lock:
@@ -668,7 +684,7 @@ class Pipeline:
         first = self.writers[0]
         for key in first_writer or {}:
             first.env.pop(f"DSH_WRITER_{key.upper()}", None)
-        first.env |= ns.writer_env(**writer_extra)
+        first.env |= ns.writer_env(**writer_extra) | ns.own_kafka_env(first.name)
         self.projectors = {p: ns.projector(p) for p in PROJECTIONS} if projectors else {}
         self._closing = threading.Event()
         self._supervisor = threading.Thread(target=self.supervise, daemon=True)
@@ -717,12 +733,14 @@ def run_load(
     sessions: list[str],
     fault: Callable[[History, dict[str, int]], dict[str, Any]],
     client_timeout: float = 8.0,
+    client_kafka: KafkaSettings | None = None,
 ) -> tuple[History, dict[str, Any]]:
     """Hold the load, inject the fault, wait (bounded) until every session is served again,
-    hold the load a little longer, stop. ``fault(history, counts)`` returns extra figures."""
+    hold the load a little longer, stop. ``fault(history, counts)`` returns extra figures.
+    ``client_kafka``: how the load's client reaches the brokers (default ``ns.kafka``)."""
     history = History(sessions)
     with (
-        SessionClient(settings=ns.kafka, timeout=client_timeout) as client,
+        SessionClient(settings=client_kafka or ns.kafka, timeout=client_timeout) as client,
         LoadDriver(client, history, load.window),
     ):
         wait_for(lambda: all(n > load.window for n in history.count_at().values()), 180, "load")
@@ -744,3 +762,21 @@ def run_load(
     assert history.unresolved == 0
     extra["retries"] = history.retries
     return history, extra
+
+
+def judge(
+    name: str,
+    pipeline: Pipeline,
+    ns: Namespace,
+    load: Load,
+    client: redis.Redis,
+    history: History,
+    extra: dict[str, Any],
+) -> None:
+    """The history checked clean, every session verified, the figures recorded."""
+    extra["service_restarts"] = pipeline.restarts()
+    extra["events_per_s"] = history.events_per_s()
+    verdict = check_history(ns.checker_kafka or ns.kafka, history)
+    verdict.assert_clean()
+    extra["projector_catch_up_s"] = verify_all(ns, client, history.sessions, 120)
+    record_figures(name, load, verdict, **extra)

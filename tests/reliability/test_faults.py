@@ -26,35 +26,17 @@ from tests.reliability.harness import (
     Pipeline,
     Service,
     VisibilityWatch,
-    check_history,
+    judge,
     longest_stall,
     projections_reach,
-    record_figures,
     run_load,
     sessions_spread,
     split,
-    verify_all,
 )
 from tests.support.waiting import wait_for
 
 ALL = list(range(PARTITIONS))
 BROKER_DOWN_S = 5.0
-
-
-def _finish(
-    name: str,
-    pipeline: Pipeline,
-    ns: Namespace,
-    load: Load,
-    client: redis.Redis,
-    history: History,
-    extra: dict[str, Any],
-) -> None:
-    extra["service_restarts"] = pipeline.restarts()
-    verdict = check_history(ns.kafka, history)
-    verdict.assert_clean()
-    extra["projector_catch_up_s"] = verify_all(ns, client, history.sessions, 120)
-    record_figures(name, load, verdict, **extra)
 
 
 def test_sigkill_a_writer_mid_transaction(
@@ -72,7 +54,7 @@ def test_sigkill_a_writer_mid_transaction(
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
         log = b.log()
         assert all(f"partition {p} restored" in log for p in victim)
-        _finish("writer SIGKILL", pipeline, ns, load, redis_client, history, extra)
+        judge("writer SIGKILL", pipeline, ns, load, redis_client, history, extra)
 
 
 def _owns_all(writer: Service) -> bool:
@@ -116,7 +98,7 @@ def test_a_rolling_restart_of_the_writers_hands_over_without_a_client_retry(
         extra["generation_aborts"] = sum(log.count(refused) for log in logs)
         extra["produced_again"] = sum(log.count("generation moved") for log in logs)
         extra["partition_restores"] = sum(log.count(" restored in ") for log in logs)
-        _finish("writer rolling restart", pipeline, ns, load, redis_client, history, extra)
+        judge("writer rolling restart", pipeline, ns, load, redis_client, history, extra)
 
 
 def _leaders(ns: Namespace, bootstrap: str) -> dict[int, int]:
@@ -196,7 +178,7 @@ def _sigkill_a_broker_and_bring_it_back(
         logs = [w.log() for w in pipeline.writers]
         extra["new_producers"] = sum(log.count("new producer for") for log in logs)
         extra["restore_retries"] = sum(log.count("trying again in") for log in logs)
-        _finish(name, pipeline, ns, load, redis_client, history, extra)
+        judge(name, pipeline, ns, load, redis_client, history, extra)
 
 
 def test_sigkill_the_broker_leading_busy_partitions_and_bring_it_back(
@@ -244,7 +226,7 @@ def test_a_paused_writer_past_its_session_timeout_is_fenced(
             "the zombie noticing it was fenced",
         )
         time.sleep(2)  # anything it could still publish would be committed by now
-        _finish("writer SIGSTOP (zombie)", pipeline, ns, load, redis_client, history, extra)
+        judge("writer SIGSTOP (zombie)", pipeline, ns, load, redis_client, history, extra)
 
 
 def test_sigkill_a_projector_mid_batch(
@@ -267,7 +249,7 @@ def test_sigkill_a_projector_mid_batch(
             return {"recovery_s": time.monotonic() - killed, "catch_up_s": took}
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
-        _finish("projector SIGKILL", pipeline, ns, load, redis_client, history, extra)
+        judge("projector SIGKILL", pipeline, ns, load, redis_client, history, extra)
 
 
 def test_a_rolling_restart_of_two_surface_projectors_moves_only_the_partitions_that_change_hands(
@@ -314,9 +296,7 @@ def test_a_rolling_restart_of_two_surface_projectors_moves_only_the_partitions_t
         logs = "".join(p.log() for p in instances)
         extra["partitions_revoked"] = logs.count("partitions revoked")
         extra["partitions_lost"] = logs.count("partitions lost")
-        _finish(
-            "surface projector rolling restart", pipeline, ns, load, redis_client, history, extra
-        )
+        judge("surface projector rolling restart", pipeline, ns, load, redis_client, history, extra)
 
 
 def test_redis_restarted_empty_is_rebuilt_from_the_log(
@@ -341,7 +321,7 @@ def test_redis_restarted_empty_is_rebuilt_from_the_log(
             return {"recovery_s": time.monotonic() - back}
 
         history, extra = run_load(ns, load, sessions_spread(load.sessions), fault)
-        _finish("Redis restart (empty)", pipeline, ns, load, redis_client, history, extra)
+        judge("Redis restart (empty)", pipeline, ns, load, redis_client, history, extra)
 
 
 HANG_AFTER_S = 12.0  # writer-a's first transaction past this (load under way) never ends
@@ -377,7 +357,7 @@ def test_a_writer_stuck_in_a_kafka_call_is_ended_by_its_watchdog_and_replaced(
         # Past the call's own timeout and the grace (the watchdog looks once a second), and
         # not much later.
         assert 30 + GRACE_S <= extra["stuck_exit_s"] < 30 + GRACE_S + 15, extra
-        _finish("writer stuck call", pipeline, ns, load, redis_client, history, extra)
+        judge("writer stuck call", pipeline, ns, load, redis_client, history, extra)
 
 
 def _logged_at(log: str, message: str) -> float:
