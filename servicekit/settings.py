@@ -154,6 +154,20 @@ class RedisSettings(StrictSettings):
     """Password of the ACL user (or of `AUTH` without one)."""
     ssl_ca_certs: str | None = None
     """CA certificate (PEM file) that verifies the Redis server over TLS."""
+    sentinels: str | None = None
+    """Redis Sentinels, `host:port,host:port,…`: the client asks them for the primary of
+    `sentinel_master` (then `url` only gives the database), and again when it fails over."""
+    sentinel_master: str = "dsh"
+    """The name the Sentinels monitor the primary under."""
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """``sentinels`` as (host, port) pairs."""
+        pairs = []
+        for item in (self.sentinels or "").split(","):
+            host, _, port = item.strip().rpartition(":")
+            if host and port:
+                pairs.append((host, int(port)))
+        return pairs
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``redis.Redis.from_url(url, **kwargs)`` (and for
