@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import threading
@@ -34,12 +35,15 @@ from deploy.local.stack import LocalStack
 from producers import SessionClient
 from tests.reliability.harness import (
     PARTITIONS,
+    PROJECTIONS,
     REPO,
     History,
     LoadDriver,
     Namespace,
     Pipeline,
     check_history,
+    projections_behind,
+    projections_reach,
     verify_all,
 )
 from tests.reliability.nemesis import ALL_CLASSES, FaultClass, Target
@@ -70,7 +74,8 @@ class ChurningLoad(LoadDriver):
         super().__init__(client, History([]), config.window)
         self.history = history
         self.limit = config.session_events
-        self.acked_per_slot = [0] * config.slots
+        self.acked_per_slot = [0] * config.slots  # by the slot's finished sessions
+        self.current: list[str | None] = [None] * config.slots
         self.threads = [
             threading.Thread(target=self._slot, args=(n,), daemon=True, name=f"slot-{n}")
             for n in range(config.slots)
@@ -82,16 +87,31 @@ class ChurningLoad(LoadDriver):
             with self.history.lock:
                 self.history.sessions.append(sid)
                 self.history.acked[sid] = []
+                self.current[n] = sid
             done = self._drive(sid, self.limit)
             with self.history.lock:
                 self.acked_per_slot[n] += len(self.history.acked[sid])
+                self.current[n] = None
             if not done:
                 return
+
+    def current_targets(self) -> dict[str, int]:
+        """The last acknowledged seq of each session under way."""
+        with self.history.lock:
+            return {
+                sid: self.history.acked[sid][-1].seq
+                for sid in self.current
+                if sid is not None and self.history.acked[sid]
+            }
 
     def slot_counts(self) -> list[int]:
         """Acknowledged appends per slot, the session under way included."""
         with self.history.lock:
-            return list(self.acked_per_slot)
+            acked = self.history.acked
+            return [
+                done + (len(acked[sid]) if sid is not None else 0)
+                for done, sid in zip(self.acked_per_slot, self.current, strict=True)
+            ]
 
 
 @dataclass
@@ -100,6 +120,7 @@ class FaultRecord:
     detail: str
     at_s: float  # since the start of the load
     recovery_s: float  # fault injected -> every slot served a window and more again
+    read_models_s: float  # fault injected -> every projection applied what was acked by then
     acked_during: int  # appends acknowledged from the fault to the recovery
     events_per_s_during: float
 
@@ -109,6 +130,7 @@ class SoakResult:
     config: dict[str, Any]
     faults: list[FaultRecord] = field(default_factory=list)
     rss_mb: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> (t, MB)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # name -> CPU seconds after warm-up
     per_minute: list[dict[str, float]] = field(default_factory=list)
     verdict: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
@@ -128,11 +150,28 @@ def rss_mb(pid: int | None) -> float | None:
     return None
 
 
-class RssSampler:
-    """Every few seconds, the RSS of each service process (the current one of its name)."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, target: Target, started: float, into: dict[str, list[tuple[float, float]]]):
-        self.target, self.started, self.into = target, started, into
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time the process has used so far."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+class RssSampler:
+    """Every few seconds, the RSS of each service process (the current one of its name), and
+    the CPU time each used after ``warmup_s`` (the soak's driver, "client", included)."""
+
+    def __init__(self, target: Target, started: float, result: SoakResult, warmup_s: float):
+        self.target, self.started, self.result = target, started, result
+        self.warmup_s = warmup_s
+        self._last_cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="rss")
 
@@ -141,6 +180,7 @@ class RssSampler:
         for node in self.target.cluster.kafka.nodes:
             pids[f"broker-{node.node_id}"] = node.process().pid()
         pids["redis"] = self.target.cluster.redis.process.pid()
+        pids["client"] = os.getpid()
         return pids
 
     def _run(self) -> None:
@@ -149,7 +189,14 @@ class RssSampler:
             for name, pid in self.pids().items():
                 mb = rss_mb(pid)
                 if mb is not None:
-                    self.into.setdefault(name, []).append((round(t, 1), round(mb, 1)))
+                    self.result.rss_mb.setdefault(name, []).append((round(t, 1), round(mb, 1)))
+                used = cpu_seconds(pid)
+                if pid is None or used is None:
+                    continue
+                if t >= self.warmup_s and pid in self._last_cpu:
+                    spent = used - self._last_cpu[pid]
+                    self.result.cpu_s[name] = self.result.cpu_s.get(name, 0.0) + spent
+                self._last_cpu[pid] = used
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -198,6 +245,20 @@ def wait_recovered(load: ChurningLoad, at_fault: list[int], window: int) -> floa
     return time.monotonic() - started
 
 
+def wait_projected(ns: Namespace, targets: dict[str, int]) -> None:
+    """Until all three projections applied each session up to its target seq."""
+    store = redis.Redis.from_url(ns.redis_url, socket_timeout=5)
+    try:
+        wait_for(
+            lambda: projections_reach(store, ns.key_prefix, targets, PROJECTIONS),
+            RECOVERY_BOUND_S,
+            "the projections caught up",
+            explain=lambda: projections_behind(store, ns.key_prefix, targets, PROJECTIONS),
+        )
+    finally:
+        store.close()
+
+
 def log_counts(target: Target) -> dict[str, int]:
     """Rebalances, restores and rebuilds, as the services logged them."""
     writer_logs = "".join(w.log() for w in target.pipeline.writers)
@@ -226,7 +287,7 @@ def soak(ns: Namespace, cluster: LocalStack, config: SoakConfig) -> SoakResult:
             load = ChurningLoad(client, history, config)
             started = time.monotonic()
             ends = started + config.minutes * 60
-            with RssSampler(target, started, result.rss_mb).running(), load:
+            with RssSampler(target, started, result, config.warmup_s).running(), load:
                 time.sleep(min(config.warmup_s, config.minutes * 60))
                 deck: list[FaultClass] = []
                 while classes and time.monotonic() < ends - 30:
@@ -271,15 +332,19 @@ def _one_fault(
     before, at_fault = load.history.total(), load.slot_counts()
     injected = time.monotonic()
     detail = fault.inject(target, rng)
+    targets = load.current_targets()
     wait_recovered(load, at_fault, config.window)
     recovery = time.monotonic() - injected
     during = load.history.total() - before
+    wait_projected(target.ns, targets)
+    read_models = time.monotonic() - injected
     fault.settle(target)
     record = FaultRecord(
         fault.name,
         detail,
         round(injected - started, 1),
         round(recovery, 2),
+        round(read_models, 2),
         during,
         round(during / recovery, 1),
     )
@@ -311,16 +376,25 @@ def summary(result: SoakResult) -> dict[str, Any]:
                 "end_mb": after[-1],
                 "max_mb": max(after),
             }
+    measured_s = result.config["minutes"] * 60 - warm
+    cpu = {
+        name: round(100 * spent / measured_s, 1)
+        for name, spent in sorted(result.cpu_s.items(), key=lambda kv: -kv[1])
+    }
     p99 = [row["p99_ms"] for row in result.per_minute]
     rates = [row["events_per_s"] for row in result.per_minute]
     return {
         "rss": rss,
+        "cpu_percent_of_one_core": cpu,
         "p99_ms_median": statistics.median(p99) if p99 else None,
         "p99_ms_max": max(p99, default=None),
         "events_per_s_median": statistics.median(rates) if rates else None,
         "faults": len(result.faults),
         "per_class": {
-            name: [f.recovery_s for f in result.faults if f.fault == name]
+            name: {
+                "appends_recovered_s": [f.recovery_s for f in result.faults if f.fault == name],
+                "read_models_s": [f.read_models_s for f in result.faults if f.fault == name],
+            }
             for name in result.config["classes"]
         },
     }

@@ -10,6 +10,7 @@ import time
 from functools import partial
 from typing import Any
 
+import pytest
 import redis
 
 from deploy.local.stack import LocalStack
@@ -41,6 +42,8 @@ def _assigned_since(service: Service, before: int) -> bool:
     return service.log().count("partitions assigned") > before
 
 
+# Minutes of load by design, then the whole history read back and verified.
+@pytest.mark.timeout(600)
 def test_a_rolling_restart_of_brokers_writers_and_projectors_loses_nothing(
     ns: Namespace, load: Load, redis_client: redis.Redis, cluster: LocalStack
 ) -> None:
