@@ -401,19 +401,9 @@ def summary(result: SoakResult) -> dict[str, Any]:
 
 
 def _own_cluster(state: Path) -> LocalStack:
-    from deploy.local.processes import free_port_block, free_ports
-    from deploy.local.settings import LocalStackSettings
+    from tests.support.clusters import three_nodes
 
-    base = free_port_block(10)
-    settings = LocalStackSettings(
-        state_dir=state / "stack",
-        brokers=3,
-        kafka_port=base,
-        controller_port=base + 5,
-        redis_port=free_ports(1)[0],
-        partitions=PARTITIONS,
-    )
-    return LocalStack(settings, persistent=False)
+    return LocalStack(three_nodes(state / "stack", PARTITIONS), persistent=False)
 
 
 def main(argv: list[str] | None = None) -> int:
