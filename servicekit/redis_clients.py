@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import redis
 
 from servicekit.settings import RedisSettings
@@ -19,6 +21,8 @@ def redis_client(settings: RedisSettings, *, max_connections: int | None = None)
         kwargs["max_connections"] = max_connections
     if settings.cluster:
         return redis.RedisCluster.from_url(url, **kwargs)
+    if settings.sentinels:
+        return sentinel_primary(settings)
     return redis.Redis.from_url(url, **kwargs)
 
 
@@ -30,3 +34,17 @@ def redis_unreachable(client: RedisClient) -> str | None:
     except Exception as exc:  # refused, timed out, a cluster node down: all "not ready"
         return f"[REDIS_UNREACHABLE] {type(exc).__name__}: {exc}"
     return None
+
+
+def sentinel_primary(settings: RedisSettings) -> redis.Redis:
+    """The primary the Sentinels name (``DSH_REDIS_SENTINELS``): the client's pool asks them
+    again on a connection error, so after a failover its next command reaches the promoted
+    replica, and a demoted primary's READONLY reply counts as such an error."""
+    from redis.sentinel import Sentinel
+
+    database = int(urlsplit(settings.url.get_secret_value()).path.strip("/") or 0)
+    sentinel = Sentinel(settings.sentinel_addresses(), socket_timeout=2.0)
+    primary: redis.Redis = sentinel.master_for(
+        settings.sentinel_master, db=database, **settings.client_kwargs()
+    )
+    return primary

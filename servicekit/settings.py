@@ -161,6 +161,20 @@ class RedisSettings(StrictSettings):
     socket_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     """How long a command may wait for Redis's answer before it fails (and is retried); keep
     it above the longest blocking read (`dsh tail`'s `XREAD BLOCK` waits 1 s)."""
+    sentinels: str | None = None
+    """Redis Sentinels, `host:port,host:port,…`: the client asks them for the primary of
+    `sentinel_master` (then `url` only gives the database), and again when it fails over."""
+    sentinel_master: str = "dsh"
+    """The name the Sentinels monitor the primary under."""
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """``sentinels`` as (host, port) pairs."""
+        pairs = []
+        for item in (self.sentinels or "").split(","):
+            host, _, port = item.strip().rpartition(":")
+            if host and port:
+                pairs.append((host, int(port)))
+        return pairs
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``redis.Redis.from_url(url, **kwargs)`` (and for

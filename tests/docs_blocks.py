@@ -119,7 +119,9 @@ def is_benchmark(command: Command) -> bool:
     words = command.words
     if words[0] != "python" or len(words) < 2:
         return False
-    return words[1].startswith("bench/") or (words[1] == "-m" and words[2].startswith("bench."))
+    # The soak is a load run of its own, minutes long like a benchmark.
+    module = words[2] if words[1] == "-m" and len(words) > 2 else ""
+    return words[1].startswith("bench/") or module.startswith(("bench.", "tests.reliability.soak"))
 
 
 def block_kind(block: Block) -> Kind:

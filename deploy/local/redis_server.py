@@ -46,6 +46,7 @@ class RedisServer:
         persistent: bool = True,
         password: str | None = None,
         cluster_port: int | None = None,
+        replica_of: int | None = None,
     ) -> None:
         self.home = home
         self.port = port
@@ -53,6 +54,8 @@ class RedisServer:
         self.password = password
         # A node of a Redis Cluster (see .redis_cluster), its bus on this port.
         self.cluster_port = cluster_port
+        # A replica of the loopback server on this port (see .redis_sentinel).
+        self.replica_of = replica_of
         # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
         self.process = ManagedProcess(
             f"redis (port {port})", home / "redis.pid", home / "redis.log", f"127.0.0.1:{port}"
@@ -88,6 +91,8 @@ class RedisServer:
                 f"cluster-config-file {self.home / 'nodes.conf'}",
                 "cluster-node-timeout 2000",
             ]
+        if self.replica_of is not None:
+            config.append(f"replicaof 127.0.0.1 {self.replica_of}")
         conf = self.home / "redis.conf"
         conf.write_text("\n".join(config) + "\n")
         conf.chmod(0o600)  # may hold the password

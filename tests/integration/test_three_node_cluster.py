@@ -9,9 +9,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # the stubs do not re-export it
 from confluent_kafka.admin._metadata import ClusterMetadata  # the stubs do not re-export it
 
-from deploy.local.processes import free_port_block, free_ports
-from deploy.local.settings import LocalStackSettings
 from deploy.local.stack import LocalStack
+from tests.support.clusters import three_nodes
 
 
 def _metadata_showing(admin: AdminClient, topic: str) -> ClusterMetadata:
@@ -26,16 +25,7 @@ def _metadata_showing(admin: AdminClient, topic: str) -> ClusterMetadata:
 
 
 def test_three_nodes_replicate_every_topic(tmp_path: Path) -> None:
-    # Nodes use consecutive ports from the first one: listeners base…, controllers base + 5….
-    base = free_port_block(10)
-    settings = LocalStackSettings(
-        state_dir=tmp_path / "state",
-        brokers=3,
-        kafka_port=base,
-        controller_port=base + 5,
-        redis_port=free_ports(1)[0],
-        partitions=2,
-    )
+    settings = three_nodes(tmp_path / "state", partitions=2)
     stack = LocalStack(settings, persistent=False)
     try:
         statuses = stack.up()

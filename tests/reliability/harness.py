@@ -231,6 +231,7 @@ class Ack:
     seq: int
     request_id: str
     at: float  # monotonic time of the acknowledgement
+    latency: float = 0.0  # seconds from the first submission (retries included) to ``at``
 
 
 class History:
@@ -302,17 +303,26 @@ class LoadDriver:
         return self.client.append_async(sid, type_, data, surface_op=op, request_id=rid)
 
     def _run(self, sid: str) -> None:
+        self._drive(sid, None)
+
+    def _drive(self, sid: str, limit: int | None) -> bool:
+        """Appends to ``sid`` until told to stop or, with a ``limit``, that many were
+        acknowledged (then True: the session is done and all went well)."""
         h = self.history
-        in_flight: collections.deque[tuple[int, str, Future[Any]]] = collections.deque()
+        in_flight: collections.deque[tuple[int, str, float, Future[Any]]] = collections.deque()
         i = 0
         while True:
-            while not self.stop_flag.is_set() and len(in_flight) < self.window:
+            while (
+                not self.stop_flag.is_set()
+                and len(in_flight) < self.window
+                and (limit is None or i < limit)
+            ):
                 rid = f"{sid}/{i}"
-                in_flight.append((i, rid, self._submit(sid, i, rid)))
+                in_flight.append((i, rid, time.monotonic(), self._submit(sid, i, rid)))
                 i += 1
             if not in_flight:
-                return
-            n, rid, future = in_flight.popleft()
+                return not self.stop_flag.is_set()
+            n, rid, sent, future = in_flight.popleft()
             for _attempt in range(30):
                 try:
                     ev = future.result()
@@ -331,18 +341,19 @@ class LoadDriver:
                     with h.lock:
                         h.rejected.append((sid, rid, f"{type(exc).__name__}: {exc}"))
                     # Later appends of this session depend on this one: stop the session.
-                    for _, _, f in in_flight:
+                    for *_, f in in_flight:
                         f.cancel()
-                    return
+                    return False
+                now = time.monotonic()
                 with h.lock:
-                    h.acked[sid].append(Ack(ev.seq, rid, time.monotonic()))
+                    h.acked[sid].append(Ack(ev.seq, rid, now, now - sent))
                 break
             else:
                 with h.lock:
                     h.unresolved += 1
-                return
+                return False
             if self.stop_flag.is_set() and h.abandoned:
-                return
+                return False
 
 
 # -- the checker ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from tests.reliability.harness import (
     sessions_spread,
     split,
 )
+from tests.reliability.nemesis import fully_replicated
 from tests.support.waiting import wait_for
 
 ALL = list(range(PARTITIONS))
@@ -111,18 +112,6 @@ def _leaders(ns: Namespace, bootstrap: str) -> dict[int, int]:
     return counts
 
 
-def _fully_replicated(bootstrap: str, topics: list[str]) -> bool:
-    try:
-        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
-    except Exception:
-        return False
-    return all(
-        len(p.isrs) == 3 and p.leader >= 0
-        for t in topics
-        for p in metadata.topics[t].partitions.values()
-    )
-
-
 def _group_coordinator(bootstrap: str, group: str) -> int:
     """The broker coordinating ``group``: the leader of its __consumer_offsets partition, which
     Kafka picks as abs(Java hashCode of the group id) modulo the partition count."""
@@ -166,7 +155,7 @@ def _sigkill_a_broker_and_bring_it_back(
             if not node.process().is_running():
                 cluster.kafka.start_node(node)
         extra["broker_rejoin_s"] = wait_for(
-            lambda: _fully_replicated(bootstrap, topics), 120, "the broker back in every ISR"
+            lambda: fully_replicated(bootstrap, topics), 120, "the broker back in every ISR"
         )
         # The writers recover in process (a new producer, restores tried again). The one exit
         # allowed is the watchdog's, for a librdkafka call that kept waiting on a coordinator
