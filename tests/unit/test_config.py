@@ -77,7 +77,11 @@ def test_redis_password_is_secret_and_passed_to_the_client(
 ) -> None:
     monkeypatch.setenv("DSH_REDIS_PASSWORD", "hunter2")
     settings = RedisSettings()
-    assert settings.client_kwargs() == {"password": "hunter2"}
+    assert settings.client_kwargs() == {
+        "password": "hunter2",
+        "socket_connect_timeout": 5.0,
+        "socket_timeout": 10.0,
+    }
     assert "hunter2" not in repr(settings)
 
 
@@ -86,7 +90,8 @@ def test_redis_cluster_is_chosen_by_a_setting(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("DSH_REDIS_CLUSTER", "true")
     monkeypatch.setenv("DSH_REDIS_URL", "redis://10.0.0.5:7000/0")
     settings = RedisSettings()
-    assert settings.cluster is True and settings.client_kwargs() == {}
+    assert settings.cluster is True
+    assert settings.client_kwargs() == {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
     monkeypatch.setenv("DSH_REDIS_CLUSTER", "maybe")
     with pytest.raises(ValueError):
         RedisSettings()
