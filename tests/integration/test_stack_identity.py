@@ -175,7 +175,12 @@ def test_status_tells_a_stopped_service_from_a_dead_one(stack: dict[str, str]) -
     finally:
         restarted = _dsh(stack, "up")
         assert restarted.returncode == 0, restarted.stderr
-    assert all(c["state"] == "healthy" for c in _status(stack).values())
+    # A restarted service is ready once it has restored its partitions (and caught up).
+    wait_for(
+        lambda: all(c["state"] == "healthy" for c in _status(stack).values()),
+        60,
+        "every service ready again after dsh up",
+    )
 
 
 # (arguments, exit status, error code in stderr): every command's error paths, run from a
