@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,14 +24,36 @@ def require_free_ports(ports: dict[int, tuple[str, str]]) -> None:
             raise PortInUseError(port, purpose, setting)
 
 
+# Ports handed to servers that start later are picked here, below the OS's range of
+# ephemeral ports: a port bind(0) returns is one the OS may give any outgoing connection (a
+# Kafka client's, say) in the seconds before the server that was to listen on it starts.
+LISTEN_PORTS_FROM = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _listen_ports_below() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_ports(count: int) -> list[int]:
-    """Distinct ports that are free right now (the OS picks them)."""
+    """Distinct ports that are free right now, outside the ephemeral range where it leaves
+    room (else the OS picks them)."""
+    high = _listen_ports_below()
     sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        while len(sockets) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
             sockets.append(sock)
+            if high - LISTEN_PORTS_FROM < 1000:
+                sock.bind(("127.0.0.1", 0))
+                continue
+            try:
+                sock.bind(("127.0.0.1", random.randrange(LISTEN_PORTS_FROM, high)))
+            except OSError:  # taken (or one of ours): another one
+                sockets.pop().close()
         return [s.getsockname()[1] for s in sockets]
     finally:
         for sock in sockets:
@@ -39,10 +62,10 @@ def free_ports(count: int) -> list[int]:
 
 def free_port_block(width: int, attempts: int = 50) -> int:
     """A first port P such that P … P + width - 1 are all free right now, for services that
-    number their nodes' ports consecutively (a multi-node Kafka). A port the OS just handed
-    out need not have free neighbours, so each candidate block is checked port by port."""
+    number their nodes' ports consecutively (a multi-node Kafka). A free port need not have
+    free neighbours, so each candidate block is checked port by port."""
     for _ in range(attempts):
-        base = max(free_ports(1)[0], 20000)
+        base = free_ports(1)[0]
         if base + width <= 65536 and all(port_is_free(base + i) for i in range(width)):
             return base
     raise OSError(f"no block of {width} free ports found in {attempts} tries")

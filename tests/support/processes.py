@@ -113,9 +113,6 @@ def run_dsh(
 
 def free_port_run(count: int) -> int:
     """The first of ``count`` consecutive free ports (the services' /metrics ports)."""
-    from deploy.local.processes import free_ports, port_is_free
+    from deploy.local.processes import free_port_block
 
-    while True:
-        (base,) = free_ports(1)
-        if base + count < 65536 and all(port_is_free(base + i) for i in range(count)):
-            return base
+    return free_port_block(count)
