@@ -31,7 +31,9 @@ class Access:
     clients: Clients
 
 
-def session_access(
+# Async, though nothing here waits: FastAPI runs a plain ``def`` dependency on the thread
+# pool, a hop there and back on every request for a few microseconds of work.
+async def session_access(
     request: Request,
     session_id: Annotated[str, Path(description="letters, digits and . _ : @ ~ -")],
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -52,7 +54,7 @@ class Caller:
     clients: Clients
 
 
-def caller(
+async def caller(
     request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Caller:
     """A route over many sessions: who calls (401); it shows only the caller's tenant's."""

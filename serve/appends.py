@@ -65,8 +65,10 @@ async def append(
         )
         for e in body.events
     ]
-    # Made at the first append of its tenant: a Kafka round trip, so off the event loop.
-    client = await run_in_threadpool(access.clients.appender, access.principal.tenant)
+    tenant = access.principal.tenant
+    client = access.clients.made_appender(tenant)
+    if client is None:  # the tenant's first append: making it is a Kafka round trip
+        client = await run_in_threadpool(access.clients.appender, tenant)
     future = client.append_many_async(
         access.session_id,
         drafts,

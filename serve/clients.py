@@ -36,6 +36,12 @@ class Clients:
         self._lock = threading.Lock()
         self.streams = threading.BoundedSemaphore(settings.max_streams)
 
+    def made_appender(self, tenant: str | None) -> SessionClient | None:
+        """The tenant's client if it was made already. No lock: ``appender`` holds it while it
+        makes a client (a Kafka round trip), which the event loop must not wait behind, and
+        one ``dict.get`` is atomic."""
+        return self._appenders.get(tenant)
+
     def appender(self, tenant: str | None) -> SessionClient:
         """The client that appends for ``tenant`` (None: auth off, no credential): made at the
         first append, so the service starts, and says why it is not ready, without Kafka."""
