@@ -152,6 +152,19 @@ def main() -> int:
     parser.add_argument("--fanout-appends", type=int, default=20)
     parser.add_argument("--fanout-rate", type=float, default=2.0)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy's stacks to this file")
+    parser.add_argument(
+        "--serve-workers",
+        type=int,
+        default=1,
+        help="DSH_SERVE_WORKERS (above 1 the CPU per read counts only the parent process)",
+    )
+    parser.add_argument(
+        "--serve-env",
+        action="append",
+        default=[],
+        metavar="DSH_SERVE_X=VALUE",
+        help="another setting of dsh serve (repeatable)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -164,11 +177,20 @@ def main() -> int:
     projectors = [start_projector(kafka, args.redis, prefix, p) for p in ("surface", "transcript")]
     # Its log is kept (a failed stream or request leaves its traceback there), and named.
     log = Path(f"/tmp/serve-bench-{run_id()[:6]}.log")
-    streams = {"DSH_SERVE_MAX_STREAMS": str(max(args.tails, 1) + 10)}
+    streams = {
+        "DSH_SERVE_MAX_STREAMS": str(max(args.tails, 1) + 10),
+        "DSH_SERVE_WORKERS": str(args.serve_workers),
+        **dict(item.partition("=")[::2] for item in args.serve_env),
+    }
     serve = start_serve(kafka, args.redis, prefix, port, streams, log)
     store = redis.Redis.from_url(args.redis)
     views = Views(store, Keys(prefix), timeout_s=60)
-    results: dict[str, Any] = {"rate": args.rate, "rounds": args.rounds, "serve_log": str(log)}
+    results: dict[str, Any] = {
+        "rate": args.rate,
+        "rounds": args.rounds,
+        "serve_log": str(log),
+        "serve_workers": args.serve_workers,
+    }
     try:
         wait_ready(url)
         sessions = [f"serve-bench-{i}" for i in range(args.sessions)]

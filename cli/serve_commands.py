@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
+
+from servicekit.settings import KafkaSettings, RedisSettings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 def register(commands: Any) -> None:
@@ -35,24 +41,43 @@ def _serve(args: argparse.Namespace) -> int:
             "pip install 'dsh-pipeline[serve]'"
         ) from None
 
-    from cli.endpoints import kafka_settings, redis_settings
-    from projectors.keys import Keys
-    from projectors.settings import ProjectorSettings
-    from serve.app import create_app
+    from cli.endpoints import KAFKA_VARIABLE, REDIS_VARIABLE, kafka_settings, redis_settings
     from serve.settings import ServeSettings
     from servicekit.logs import configure_logging
 
     logs = configure_logging("serve", args.log_level)
     settings = ServeSettings()
-    app = create_app(
-        settings, kafka_settings(), redis_settings(), Keys(ProjectorSettings().key_prefix)
-    )
-    uvicorn.run(
-        app,
-        host=args.host or settings.host,
-        port=settings.port if args.port is None else args.port,
-        log_level=logs.level.lower(),
-        log_config=None,  # our handler (configure_logging), not uvicorn's own
-        server_header=False,
-    )
+    server: dict[str, Any] = {
+        "host": args.host or settings.host,
+        "port": settings.port if args.port is None else args.port,
+        "log_level": logs.level.lower(),
+        "log_config": None,  # our handler (configure_logging), not uvicorn's own
+        "server_header": False,
+        "access_log": settings.access_log,
+    }
+    if settings.workers == 1:
+        uvicorn.run(app_from_environment(kafka_settings(), redis_settings()), **server)
+        return 0
+    # Each worker is a process of its own that imports the app: it finds the pipeline this
+    # one resolved (perhaps the local stack's record) and the log level in its environment.
+    os.environ[KAFKA_VARIABLE] = kafka_settings().bootstrap_servers
+    os.environ[REDIS_VARIABLE] = redis_settings().url.get_secret_value()
+    os.environ["DSH_LOG_LEVEL"] = logs.level
+    uvicorn.run(f"{__name__}:app_in_worker", factory=True, workers=settings.workers, **server)
     return 0
+
+
+def app_from_environment(kafka: KafkaSettings, redis: RedisSettings) -> FastAPI:
+    from projectors.keys import Keys
+    from projectors.settings import ProjectorSettings
+    from serve.app import create_app
+
+    return create_app(None, kafka, redis, Keys(ProjectorSettings().key_prefix))
+
+
+def app_in_worker() -> FastAPI:
+    """The app of one of `DSH_SERVE_WORKERS` processes (uvicorn's factory)."""
+    from servicekit.logs import configure_logging
+
+    configure_logging("serve")
+    return app_from_environment(KafkaSettings(), RedisSettings())

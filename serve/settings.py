@@ -21,6 +21,13 @@ class ServeSettings(StrictSettings):
     """Address to listen on (`0.0.0.0` for every interface; `dsh serve --host` wins)."""
     port: Annotated[int, Field(ge=0, le=65535)] = 18080
     """Port to listen on (`dsh serve --port` wins)."""
+    workers: Annotated[int, Field(ge=1, le=64)] = 1
+    """Worker processes, each a whole API with its own Kafka and Redis clients (the API keeps
+    no state between requests): about one per core the service may use. Limits such as
+    `max_streams` apply to each."""
+    access_log: bool = True
+    """A log line for each request (uvicorn's access log, at INFO). `false` spares the worker
+    the cost of a log line per request where a gateway in front logs them already."""
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1_000_000
     """Largest request body; a longer one is `413 BODY_TOO_LARGE` before it is parsed (Kafka
     takes commands of about 1 MB at most)."""

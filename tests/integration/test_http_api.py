@@ -4,15 +4,18 @@ nothing, by reading the session back from the writer."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,13 +31,17 @@ from servicekit.settings import KafkaSettings, RedisSettings
 from tests.conftest import Servers
 from tests.integration.serve_support import (
     EXAMPLES,
+    KEY_SPEC,
     KEYS,
+    PREFIXES,
     TOKENS,
     example_tools,
     serving,
     serving_stack,
 )
 from tests.support.builders import user
+from tests.support.processes import CliProcess, service_env
+from tests.support.waiting import wait_for
 
 
 @dataclass(frozen=True)
@@ -330,3 +337,68 @@ def test_streams_beyond_the_limit_are_503_until_one_closes(api: Api, servers: Se
                     break
                 assert time.monotonic() < deadline, "the slot never came back"
             time.sleep(0.2)
+
+
+def test_dsh_serve_runs_two_worker_processes_that_append_and_stop_on_sigterm(
+    api: Api, servers: Servers, tmp_path: Path
+) -> None:
+    digests = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in TOKENS.items())
+    (port,) = free_ports(1)
+    env = service_env(
+        api.kafka,
+        DSH_REDIS_URL=servers.redis_url,
+        DSH_SERVE_WORKERS="2",
+        DSH_SERVE_PORT=str(port),
+        DSH_SERVE_TOKENS=digests,
+        DSH_SERVE_TENANT_PREFIXES=PREFIXES,
+        DSH_SERVE_TENANT_KEYS=KEY_SPEC,
+    )
+    serve = CliProcess(["serve"], env, tmp_path / "serve.log")
+    try:
+        workers: list[int] = []
+
+        def both_ready() -> bool:
+            workers[:] = children(serve.pid)
+            if len(workers) < 2:
+                return False
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(both_ready, 60, "two serve workers, ready", explain=serve.log)
+        session = sid()
+        client = Api(f"http://127.0.0.1:{port}", api.kafka).client()
+        with client:
+            first = client.post(f"/v1/sessions/{session}/events", json={"events": [TURN]})
+            # Each request on a connection of its own, so the kernel spreads them.
+            for n in range(8):
+                with Api(f"http://127.0.0.1:{port}", api.kafka).client() as fresh:
+                    hello = ev("user/message", user(f"u{n}", f"hello {n}"), surfaceOp="append")
+                    reply = fresh.post(f"/v1/sessions/{session}/events", json={"events": [hello]})
+                    assert reply.status_code == 200, reply.text
+        assert first.status_code == 200, first.text
+        assert [e["seq"] for e in api.logged(session)] == list(range(9))
+        serve.signal(signal.SIGTERM)
+        assert serve.wait(30) == 0, serve.log()
+        wait_for(
+            lambda: not [pid for pid in workers if Path(f"/proc/{pid}").exists()],
+            10,
+            "the workers to end with their parent",
+        )
+    finally:
+        serve.close()
+
+
+def children(pid: int) -> list[int]:
+    """uvicorn's worker processes under ``pid`` (multiprocessing's, not its resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and b"spawn_main" in command:
+            found.append(int(stat.parent.name))
+    return found
