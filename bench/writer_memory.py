@@ -81,7 +81,9 @@ def read_ms(client: SessionClient, sid: str) -> float:
 def measure(bootstrap: str, sessions: int, messages: int, bound: int) -> dict[str, Any]:
     kafka: KafkaSettings = begin(bootstrap, PARTITIONS)
     port = free_ports(1)[0]
+    # Unbounded is measured with the default byte budget off: what a session held costs.
     extra = [f"DSH_WRITER_MAX_RESIDENT_SESSIONS={bound}"] if bound else []
+    extra.append("DSH_WRITER_MAX_RESIDENT_BYTES=0")
     writer = start_writer(kafka, f"mem-{run_id()}", metrics_port=port, extra=extra)
     try:
         sids = [f"mem-{run_id()}-{i}" for i in range(sessions)]

@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 from servicekit.settings import StrictSettings
 
 KIB = 1024
+MIB = 1024 * KIB
 
 
 # Each field's docstring is its entry in docs/settings.md (`python -m cli settings`): what a
@@ -65,10 +66,12 @@ class WriterSettings(StrictSettings):
     no limit). Past it, the least recently used are evicted (snapshotted first if need be)
     and restored from the snapshots and events topics when a command or a read comes for
     them."""
-    max_resident_bytes: Annotated[int, Field(ge=0)] = 0
+    # On by default: sessions end and new ones start, so an unbounded writer grows with every
+    # session its partitions ever held (the soak's writers reached 0.8 GiB without it).
+    max_resident_bytes: Annotated[int, Field(ge=0)] = 128 * MIB
     """Most logged bytes (the encoded events) of the sessions the writer keeps in memory,
-    shared and evicted like `max_resident_sessions` (`0`: no limit); the process holds a few
-    times that in memory (docs/operations.md)."""
+    shared and evicted like `max_resident_sessions` (`0`: no limit); the process holds three
+    to four times that in memory (docs/operations.md), about 0.5 GiB at this default."""
     rejection_slots: Annotated[int, Field(ge=0)] = 1024
     """Rejected requests remembered per partition, in slots of up to 64, so that a retry gets
     the original rejection even after a restart (`0`: retries are validated again)."""

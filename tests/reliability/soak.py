@@ -64,6 +64,9 @@ class SoakConfig:
     gap_s: tuple[float, float] = (20.0, 40.0)  # load only, between a recovery and the next fault
     seed: int = 0
     classes: tuple[str, ...] = tuple(c.name for c in ALL_CLASSES)
+    # Each writer's DSH_WRITER_MAX_RESIDENT_BYTES: small, so that finished sessions leave the
+    # writers' memory within the run and their RSS levels off after warm-up.
+    writer_resident_bytes: int = 16 * 1024 * 1024
 
 
 class ChurningLoad(LoadDriver):
@@ -281,7 +284,7 @@ def soak(ns: Namespace, cluster: LocalStack, config: SoakConfig) -> SoakResult:
     classes = [c for c in ALL_CLASSES if c.name in config.classes]
     result = SoakResult(config=asdict(config))
     history = History([])
-    with Pipeline(ns) as pipeline:
+    with Pipeline(ns, max_resident_bytes=config.writer_resident_bytes) as pipeline:
         target = Target(pipeline, cluster, ns)
         with SessionClient(settings=ns.kafka, timeout=8.0) as client:
             load = ChurningLoad(client, history, config)
@@ -416,6 +419,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--faults", default=",".join(c.name for c in ALL_CLASSES))
     parser.add_argument("--plots", type=Path, default=REPO / "docs", help="where the PNGs go")
+    parser.add_argument(
+        "--writer-resident-mib",
+        type=float,
+        default=16.0,
+        help="each writer's DSH_WRITER_MAX_RESIDENT_BYTES, in MiB (0: no bound)",
+    )
     args = parser.parse_args(argv)
     config = SoakConfig(
         minutes=args.minutes,
@@ -425,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         gap_s=tuple(args.gap),
         seed=args.seed,
         classes=tuple(c for c in args.faults.split(",") if c),
+        writer_resident_bytes=int(args.writer_resident_mib * 1024 * 1024),
     )
     from tests.support.topics import fresh_topics
 
