@@ -69,9 +69,10 @@ test-tools: $(TOXIPROXY)
 	  else echo "note: chromium missing; the inspector's browser tests will skip"; fi; \
 	fi
 
-# Two workers: the reliability suite beside everything else (tests/conftest.py groups them).
-# PYTEST_WORKERS=0 runs it all in this process, one test after another.
-PYTEST_WORKERS ?= 2
+# Three workers: the reliability suite, the integration tests and the unit tests side by side
+# (tests/conftest.py groups them). PYTEST_WORKERS=0 runs it all in this process, one test
+# after another.
+PYTEST_WORKERS ?= 3
 test: setup test-tools check
 	$(BIN)/pytest -n $(PYTEST_WORKERS)
 

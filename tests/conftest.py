@@ -33,24 +33,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # First, ahead of xdist's own (this hook takes the first answer).
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`make test` runs two pytest-xdist workers: the reliability suite on one (its 3-broker
-    cluster), everything else on the other (the one-broker stack), so each half's servers start
-    once and the two halves, mostly waiting on brokers and timeouts, overlap. The network faults
-    (a proxied cluster of their own) are a third unit: the worker that finishes its half first
-    runs them, never beside both halves at once.
+    """`make test` runs three pytest-xdist workers, each on whole units so that each unit's
+    servers start once on one worker: the reliability suite (its 3-broker cluster, the soak),
+    the integration and contract tests (the one-broker stack), and the unit tests; the network
+    faults (a proxied cluster of their own) are a fourth unit, run by the worker that finishes
+    first (the unit tests'). The units mostly wait on brokers and timeouts, so they overlap on
+    two cores.
 
     xdist's ``loadgroup`` would do it with marks, but it renames test ids through
-    ``item._nodeid``, which pytest 9.2 no longer reads; its ``loadscope`` scheduler with two
-    scopes does the same through ``_split_scope`` (private, hence the version pin)."""
+    ``item._nodeid``, which pytest 9.2 no longer reads; its ``loadscope`` scheduler does the
+    same through ``_split_scope`` (private, hence the version pin)."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class TwoHalves(LoadScopeScheduling):  # type: ignore[misc]
+    class Units(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith("tests/reliability/test_network_faults.py"):
                 return "network faults"
-            return "reliability" if nodeid.startswith("tests/reliability/") else "main"
+            if nodeid.startswith("tests/reliability/"):
+                return "reliability"
+            if nodeid.startswith(("tests/integration/", "tests/contract/")):
+                return "integration"
+            return "unit"
 
-    return TwoHalves(config, log)
+    return Units(config, log)
 
 
 @dataclass(frozen=True)

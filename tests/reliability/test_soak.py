@@ -4,8 +4,6 @@ doubled, and every session verified against its projections."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from deploy.local.stack import LocalStack
@@ -13,12 +11,7 @@ from tests.reliability.harness import Namespace
 from tests.reliability.soak import SoakConfig, assert_clean, soak, summary
 
 
-# Minutes of load by design, then the whole history read back and verified. Beside the
-# network-fault and failover modules it would take CI past its 20-minute budget on 2 cores, so
-# it runs with the slow tests (DSH_RELIABILITY_SLOW=1) until the suite is faster.
-@pytest.mark.skipif(
-    os.environ.get("DSH_RELIABILITY_SLOW") != "1", reason="slow: set DSH_RELIABILITY_SLOW=1"
-)
+# Minutes of load by design, then the whole history read back and verified.
 @pytest.mark.timeout(600)
 def test_three_minutes_of_faults_at_random_lose_and_double_nothing(
     ns: Namespace, cluster: LocalStack
