@@ -21,8 +21,7 @@ import redis
 from confluent_kafka.admin import AdminClient
 
 from deploy.local.kafka import tool_command
-from deploy.local.processes import free_port_block, free_ports
-from deploy.local.settings import LocalStackSettings
+from deploy.local.processes import free_ports
 from deploy.local.stack import LocalStack
 from tests.reliability.harness import (
     PARTITIONS,
@@ -42,6 +41,7 @@ from tests.reliability.harness import (
 )
 from tests.reliability.proxied import Links, ProxiedKafkaCluster, lane_settings, start_proxies
 from tests.support import packet_loss
+from tests.support.clusters import three_nodes
 from tests.support.topics import fresh_topics
 from tests.support.toxiproxy import Toxiproxy
 from tests.support.waiting import wait_for
@@ -74,16 +74,9 @@ class Net:
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     state = tmp_path_factory.mktemp("netfaults-stack")
-    base = free_port_block(6)  # listeners base…base+2, controllers base+3…
-    settings = LocalStackSettings(
-        state_dir=state,
-        brokers=3,
-        kafka_port=base,
-        controller_port=base + 3,
-        redis_port=free_ports(1)[0],
-        partitions=PARTITIONS,
-    )
-    links = Links.plan({n: base + 3 + n - 1 for n in (1, 2, 3)}, settings.redis_port)
+    settings = three_nodes(state, PARTITIONS)
+    controllers = {n: settings.controller_port + n - 1 for n in (1, 2, 3)}
+    links = Links.plan(controllers, settings.redis_port)
     proxy = Toxiproxy(free_ports(1)[0], state / "toxiproxy.log")
     stack = LocalStack(settings, persistent=False)
     stack.kafka = ProxiedKafkaCluster(settings, links)
