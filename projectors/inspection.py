@@ -2,9 +2,9 @@
 (the most recently active, and the blocked ones with the reason), the surface node by node with
 the range each replacement took off it, and what one event replaced.
 
-The recent list scans the keyspace for transcript meta hashes (``SCAN MATCH``, under each
-prefix the caller may see) and orders them by their last transcript entry's time: fine for an
-operator's page, not for a hot path. Blocked sessions come from the projectors' blocked sets
+The recent list reads the transcript projector's recent index (``<prefix>:recent:transcript``,
+a sorted set of its latest sessions by their last event's time), a page at a time until it has
+enough the caller may see. Blocked sessions come from the projectors' blocked sets
 (``<prefix>:blocked:<projection>``), their reasons from each meta hash.
 """
 
@@ -23,12 +23,7 @@ from projectors.read_api import _entry, _loads, _seqs, json_object
 from projectors.transcript import entry_id
 
 PROJECTIONS = ("surface", "transcript", "audit")
-_SCAN_COUNT = 1000
-_GLOB_SPECIAL = frozenset("*?[]\\")
-
-
-def _glob_literal(text: str) -> str:
-    return "".join("\\" + c if c in _GLOB_SPECIAL else c for c in text)
+_PAGE = 500
 
 
 def _visible(session_id: str, prefixes: tuple[str, ...] | None) -> bool:
@@ -41,35 +36,36 @@ class Inspection:
     keys: Keys = field(default_factory=Keys)
 
     def recent(self, prefixes: tuple[str, ...] | None, limit: int) -> list[dict[str, Any]]:
-        """The ``limit`` sessions whose transcript moved last, newest first. ``prefixes``:
-        only sessions starting with one of them (``None``: every session)."""
-        head, tail = self.keys.session("\0", "transcript", "meta").split("\0")
-        found: set[str] = set()
-        for prefix in ("",) if prefixes is None else prefixes:
-            pattern = _glob_literal(head + prefix) + "*" + _glob_literal(tail)
-            for key in self.client.scan_iter(match=pattern, count=_SCAN_COUNT):
-                text = key.decode() if isinstance(key, bytes) else key
-                found.add(text[len(head) : -len(tail)])
-        sessions = sorted(found)
-        pipe = self.client.pipeline(transaction=False)
-        for sid in sessions:
-            pipe.xrevrange(self.keys.session(sid, "transcript"), "+", "-", count=1)
-            pipe.hgetall(self.keys.meta("transcript", sid))
-        replies = pipe.execute()
-        rows = []
-        for i, sid in enumerate(sessions):
-            last, meta = replies[2 * i], replies[2 * i + 1]
-            time = int(_loads(last[0][1][b"event"])["time"]) if last else None
-            rows.append(
-                {
-                    "session_id": sid,
-                    "applied": int(meta.get(b"applied", -1)),
-                    "time": time,
-                    "blocked": b"blocked" in meta,
-                }
+        """The ``limit`` sessions that moved last, newest first, from the transcript
+        projector's recent index (its latest sessions). ``prefixes``: only sessions starting
+        with one of them (``None``: every session)."""
+        key = self.keys.recent("transcript")
+        picked: list[tuple[str, int]] = []
+        start = 0
+        while len(picked) < limit:  # a page at a time: other tenants' sessions are skipped
+            page: list[tuple[bytes, float]] = self.client.zrevrange(  # type: ignore[assignment]
+                key, start, start + _PAGE - 1, withscores=True
             )
-        rows.sort(key=lambda r: (r["time"] or 0, r["session_id"]), reverse=True)
-        return rows[:limit]
+            for member, score in page:
+                sid = member.decode()
+                if _visible(sid, prefixes) and len(picked) < limit:
+                    picked.append((sid, int(score)))
+            if len(page) < _PAGE:
+                break
+            start += _PAGE
+        pipe = self.client.pipeline(transaction=False)
+        for sid, _ in picked:
+            pipe.hmget(self.keys.meta("transcript", sid), "applied", "blocked")
+        metas = pipe.execute() if picked else []
+        return [
+            {
+                "session_id": sid,
+                "applied": int(applied) if applied is not None else -1,
+                "time": time,
+                "blocked": blocked is not None,
+            }
+            for (sid, time), (applied, blocked) in zip(picked, metas, strict=True)
+        ]
 
     def blocked(self, prefixes: tuple[str, ...] | None) -> list[dict[str, Any]]:
         """Every blocked session the caller may see, with each projection's reason."""

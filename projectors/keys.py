@@ -24,5 +24,10 @@ class Keys:
     def blocked(self, projection: str) -> str:
         return f"{self.prefix}:blocked:{projection}"
 
+    def recent(self, projection: str) -> str:
+        """A sorted set of session ids by the time of the last event the projection applied:
+        which sessions moved last, without a scan of the keyspace."""
+        return f"{self.prefix}:recent:{projection}"
+
     def sentinel(self, projection: str, instance: str) -> str:
         return f"{self.prefix}:projector:{projection}:{instance}"

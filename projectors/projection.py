@@ -82,6 +82,9 @@ def advance(fold: SurfaceFold, ev: Event, interpreters: Mapping[str, Interpreter
 
 class Projection(ABC, Generic[S]):
     name: str
+    # Sessions kept in the projection's recent index (Keys.recent), the most recently moved;
+    # 0: no index. Each batch adds its sessions and trims the rest.
+    recent_sessions: int = 0
 
     def __init__(self, keys: Keys) -> None:
         self.keys = keys

@@ -36,6 +36,7 @@ class TranscriptProjection(NodesProjection):
     """Tracks which nodes are current only to refuse what the core refuses, like the audit."""
 
     name = "transcript"
+    recent_sessions = 10_000  # the session inspector's list of the sessions that moved last
 
     def data_keys(self, session_id: str) -> list[str]:
         return [self.keys.session(session_id, "transcript"), self.nodes_key(session_id)]

@@ -36,7 +36,8 @@ APPLIED, DUPLICATE, GAP, BLOCKED = 1, 0, -1, -2
 @dataclass
 class Plan:
     commands: list[Command] = field(default_factory=list)
-    queued: list[Record | Poison] = field(default_factory=list)  # what each reply settles
+    # What each reply settles: None for the batch's update of the recent index.
+    queued: list[Record | Poison | None] = field(default_factory=list)
     rebuild: dict[int, set[str]] = field(default_factory=dict)  # partition → sessions (gaps)
     dead: list[DeadLetter] = field(default_factory=list)  # to send before the batch commits
 
@@ -64,6 +65,7 @@ class Planner(Generic[S]):
         cache, projection = self.cache, self.projection
         plan, applied_of = projection.plan, projection.applied
         counts = {"blocked": 0, "duplicate": 0, "gap": 0}
+        moved: dict[str, int] = {}  # session → time of its last event applied in the batch
         try:
             for item in items:
                 if type(item) is not Record:
@@ -96,16 +98,27 @@ class Planner(Generic[S]):
                         head = entry.apply = ("EVALSHA", APPLY.sha, len(keys), *keys)
                     commands.append((*head, seq, *ops))
                     queued.append(item)
+                    moved[sid] = item.event.time
         finally:
             for result, n in counts.items():
                 if n:
                     self.stats[result] += n
+        if moved and projection.recent_sessions:
+            commands += self._recent(moved, projection.recent_sessions)
+            queued += [None, None]
         out.rebuild = {p: s for p, s in rebuild.items() if s}
         return out
 
+    def _recent(self, moved: dict[str, int], keep: int) -> list[Command]:
+        """The batch's sessions into the recent index (a later time only: GT, so a replay of
+        old events never moves a session back), then all but the ``keep`` latest out."""
+        key = self.keys.recent(self.name)
+        members = [x for sid, time in moved.items() for x in (time, sid)]
+        return [("ZADD", key, "GT", *members), ("ZREMRANGEBYRANK", key, 0, -keep - 1)]
+
     def settle(
         self,
-        queued: Sequence[Record | Poison],
+        queued: Sequence[Record | Poison | None],
         results: Sequence[Any],
         rebuild: dict[int, set[str]],
     ) -> None:

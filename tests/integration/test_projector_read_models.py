@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 
 import redis
 
 import dsh
 from interpreters import offload_images
+from projectors.inspection import Inspection
 from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.topic_reader import read_session
@@ -26,6 +28,7 @@ from tests.integration.projector_support import (
     publish,
     scripted_session,
 )
+from tests.support.builders import user
 from tests.support.read_models import KEYS, applied
 from tests.support.waiting import wait_for
 
@@ -173,3 +176,30 @@ def test_verify_compares_every_audit_record_and_index_with_the_log(
     assert len(report.differences) == 2, found
     assert f"audit record of seq {first_end}" in found and "tampered" in found
     assert "audit indexes" in found
+
+
+def _two_events(session_id: str, time_ms: int) -> dsh.Session:
+    session = dsh.Session.create(session_id, clock=lambda: time_ms)
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", user("u1", "hello"), "append")
+    return session
+
+
+def test_the_recent_index_lists_the_sessions_that_moved_last(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    tag = f"recent-{uuid.uuid4().hex[:8]}-"
+    older = _two_events(tag + "a", 1_700_000_000_000)
+    newer = _two_events(tag + "b", 1_700_000_500_000)
+    publish(topics, interleave(older, newer))
+    with projectors_running(topics, servers.redis_url):
+        wait_for(lambda: _all_applied(redis_client, {older.id: 1, newer.id: 1}), what="both")
+
+    inspection = Inspection(redis_client, Keys())
+    listed = inspection.recent((tag,), 10)
+    assert [(r["session_id"], r["time"], r["applied"], r["blocked"]) for r in listed] == [
+        (newer.id, 1_700_000_500_000, 1, False),
+        (older.id, 1_700_000_000_000, 1, False),
+    ]
+    assert [r["session_id"] for r in inspection.recent((tag,), 1)] == [newer.id]
+    assert inspection.recent(("nobody-" + tag,), 10) == []

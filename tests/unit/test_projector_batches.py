@@ -26,6 +26,7 @@ SID, OTHER = "s-1", "s-2"
 PARTITION = 3
 TOPIC = "t.events"
 PROJECTION = TranscriptProjection(Keys())
+PROJECTION.recent_sessions = 0  # the recent index's commands: their own test, below
 
 
 def record(seq: int, sid: str = SID, type_: str = "turn/start") -> Record:
@@ -206,3 +207,33 @@ def test_replies_must_match_the_commands() -> None:
     plan = batches.plan([record(3), record(4)])
     with pytest.raises(ValueError):
         batches.settle(plan.queued, [[APPLIED, 3]], plan.rebuild)
+
+
+def test_a_batch_moves_its_sessions_in_the_recent_index_and_trims_it() -> None:
+    projection = TranscriptProjection(Keys())
+    cache: OrderedDict[str, Entry[Any]] = OrderedDict(
+        (sid, Entry(projection.fresh(), partition=PARTITION)) for sid in (SID, OTHER)
+    )
+    batches = Planner(projection, cache, Counter(), TOPIC)
+
+    def at(seq: int, sid: str, time: int) -> Record:
+        event = Event.from_json(
+            {"type": "turn/start", "seq": seq, "time": time, "data": {"turn": 1}}
+        )
+        return Record(sid, event, PARTITION, seq)
+
+    plan = batches.plan([at(0, SID, 5), at(0, OTHER, 7), at(1, SID, 9), at(5, OTHER, 11)])
+    key = Keys().recent("transcript")
+    # Each session once, at the time of its last event applied (OTHER's seq 5 is a gap).
+    assert plan.commands[-2:] == [
+        ("ZADD", key, "GT", 9, SID, 7, OTHER),
+        ("ZREMRANGEBYRANK", key, 0, -projection.recent_sessions - 1),
+    ]
+    assert plan.queued[-2:] == [None, None] and len(plan.queued) == len(plan.commands)
+    # Their replies settle nothing.
+    applied: list[Any] = [[APPLIED]] * 3
+    stats: Counter[str] = batches.stats
+    batches.settle(plan.queued, [*applied, 2, 0], {})
+    assert stats["applied"] == 3
+    # A batch that applies nothing leaves the index alone.
+    assert batches.plan([at(0, SID, 12)]).commands == []
