@@ -160,6 +160,7 @@ class Rebuilds(Generic[S]):
         state = projection.fresh()
         image = Image(projection.all_keys(sid))
         block: list[Command] = []
+        moved = None  # the time of the last event applied
         for item in items:
             if isinstance(item, Poison):
                 block = block_commands(self.keys, self.name, self.topic, item, -1)
@@ -180,6 +181,7 @@ class Rebuilds(Generic[S]):
                 self._log_blocked(sid, item.partition, exc, item.seq)
                 break
             image.apply(item.seq, ops)
+            moved = item.event.time
         # The blocked set indexes the meta hashes (the truth, which the apply script reads)
         # and lives in a slot of its own on a cluster, so it stays out of the session's MULTI:
         # the session leaves it before, and joins it after, its keys are rewritten.
@@ -192,6 +194,12 @@ class Rebuilds(Generic[S]):
             ("EXEC",),
             *block[1:],  # SADD to the blocked set
         ]
+        if moved is not None and projection.recent_sessions:  # also outside: a slot of its own
+            recent = self.keys.recent(self.name)
+            commands += [
+                ("ZADD", recent, "GT", moved, sid),
+                ("ZREMRANGEBYRANK", recent, 0, -projection.recent_sessions - 1),
+            ]
         return commands, state, bool(block)
 
     def _log_blocked(self, sid: str, partition: int, error: SessionError, seq: int = -1) -> None:

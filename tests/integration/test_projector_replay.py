@@ -70,6 +70,9 @@ def test_replay_all_then_one_session(
     for session in sessions:
         report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
         assert report.ok, "\n".join(report.differences)
+        # In the recent index, at the time of its last event.
+        last_time = session.events()[-1].time
+        assert redis_client.zscore(KEYS.recent("transcript"), session.id) == last_time
 
     # Lose one session's surface; replaying just that session and projection restores it.
     redis_client.delete(KEYS.meta("surface", parent.id))
