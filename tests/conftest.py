@@ -34,11 +34,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test` runs three pytest-xdist workers, each on whole units so that each unit's
-    servers start once on one worker: the reliability suite (its 3-broker cluster, the soak),
-    the integration and contract tests (the one-broker stack), and the unit tests; the network
-    faults (a proxied cluster of their own) are a fourth unit, run by the worker that finishes
-    first (the unit tests'). The units mostly wait on brokers and timeouts, so they overlap on
-    two cores.
+    servers start once on one worker. The largest units (xdist orders them by their number of
+    tests) start first, one per worker: the unit tests, the integration and contract tests (the
+    one-broker stack), and the reliability suite (its 3-broker cluster). The network faults (a
+    proxied cluster of their own) and the 3-minute soak are units of their own, which the
+    workers that finish first take (the unit tests' first), so the reliability worker is not
+    the last to finish by three minutes. The units mostly wait on brokers and timeouts, so
+    they overlap on two cores.
 
     xdist's ``loadgroup`` would do it with marks, but it renames test ids through
     ``item._nodeid``, which pytest 9.2 no longer reads; its ``loadscope`` scheduler does the
@@ -49,6 +51,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith("tests/reliability/test_network_faults.py"):
                 return "network faults"
+            if nodeid.startswith("tests/reliability/test_soak.py"):
+                return "soak"
             if nodeid.startswith("tests/reliability/"):
                 return "reliability"
             if nodeid.startswith(("tests/integration/", "tests/contract/")):
