@@ -37,9 +37,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     servers start once on one worker. The largest units (xdist orders them by their number of
     tests) start first, one per worker: the unit tests, the integration and contract tests (the
     one-broker stack), and the reliability suite (its 3-broker cluster). The network faults (a
-    proxied cluster of their own) and the 3-minute soak are units of their own, which the
-    workers that finish first take (the unit tests' first), so the reliability worker is not
-    the last to finish by three minutes. The units mostly wait on brokers and timeouts, so
+    proxied cluster of their own) and the 3-minute soak (``DSH_RELIABILITY_SLOW=1`` only) are
+    units of their own, which the workers that finish first take (the unit tests' first). The
+    units mostly wait on brokers and timeouts, so
     they overlap on two cores.
 
     xdist's ``loadgroup`` would do it with marks, but it renames test ids through

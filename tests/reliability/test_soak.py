@@ -4,6 +4,8 @@ doubled, and every session verified against its projections."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from deploy.local.stack import LocalStack
@@ -11,7 +13,12 @@ from tests.reliability.harness import Namespace
 from tests.reliability.soak import SoakConfig, assert_clean, soak, summary
 
 
-# Minutes of load by design, then the whole history read back and verified.
+# Minutes of load by design, then the whole history read back and verified. On CI's two cores
+# it takes the whole run past its 20-minute budget (its load slows every other unit that runs
+# beside it), so it runs with the slow tests (DSH_RELIABILITY_SLOW=1).
+@pytest.mark.skipif(
+    os.environ.get("DSH_RELIABILITY_SLOW") != "1", reason="slow: set DSH_RELIABILITY_SLOW=1"
+)
 @pytest.mark.timeout(600)
 def test_three_minutes_of_faults_at_random_lose_and_double_nothing(
     ns: Namespace, cluster: LocalStack
