@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import anyio.to_thread
 from fastapi import FastAPI
 
 from projectors.keys import Keys
@@ -33,10 +32,14 @@ returned) makes them read-your-writes. Errors are RFC 9457 problem details
 """
 
 
-def worker_threads(settings: ServeSettings) -> int:
-    """The thread pool's size: anyio's default 40 for reads and appends, and one for each
-    stream that may be open."""
-    return 40 + settings.max_streams
+def redis_connections(settings: ServeSettings) -> int:
+    """The Redis pool's size: one for each of anyio's 40 worker threads (reads, appends, a
+    stream's history) and one for each session feed, which holds one in its blocking read (one
+    feed per streamed session, so at most one per stream)."""
+    return WORKER_THREADS + settings.max_streams
+
+
+WORKER_THREADS = 40  # anyio's default
 
 
 def create_app(
@@ -50,16 +53,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Each open stream holds a worker thread while it waits; the reads and appends keep
-        # anyio's default 40 beside them. Each thread holds a Redis connection while it calls
-        # (an open stream's blocking read too): one each, or redis-py's default pool of 100
-        # refuses the rest.
-        threads = worker_threads(settings)
-        anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+        # A connection each for the threads and the feeds that may call at once, or redis-py's
+        # default pool of 100 refuses the rest.
         app.state.clients = Clients(
             settings,
             kafka or KafkaSettings(),
-            redis_client(redis or RedisSettings(), max_connections=threads),
+            redis_client(redis or RedisSettings(), max_connections=redis_connections(settings)),
             keys or Keys(),
             auth,
         )

@@ -14,6 +14,7 @@ from projectors.keys import Keys
 from projectors.read_api import Reader
 from projectors.views import Views
 from serve.auth import Auth
+from serve.feeds import Feeds
 from serve.settings import ServeSettings
 from servicekit.redis_clients import RedisClient
 from servicekit.settings import KafkaSettings
@@ -32,6 +33,7 @@ class Clients:
         self.views = Views(redis, keys, timeout_s=settings.default_wait_ms / 1000)
         self.reader = Reader(redis, keys)
         self.inspection = Inspection(redis, keys)
+        self.feeds = Feeds(self.reader)
         self._appenders: dict[str | None, SessionClient] = {}
         self._lock = threading.Lock()
         self.streams = threading.BoundedSemaphore(settings.max_streams)

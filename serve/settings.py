@@ -45,8 +45,8 @@ class ServeSettings(StrictSettings):
     retry_after_s: Annotated[int, Field(ge=1)] = 1
     """`Retry-After` of a 503 (writer unavailable, append timeout, projection behind)."""
     max_streams: Annotated[int, Field(ge=1)] = 100
-    """Most transcript streams open at once (`503 TOO_MANY_STREAMS` beyond): each holds a worker
-    thread while it waits for the next entry."""
+    """Most transcript streams open at once (`503 TOO_MANY_STREAMS` beyond). The streams of one
+    session share one follow of it (a thread and a Redis connection while it waits)."""
     tokens: SecretStr = SecretStr("")
     """Bearer tokens per tenant, as SHA-256 hex digests: `acme=<sha256>|<sha256>,globex=<sha256>`
     (`printf %s "$TOKEN" \\| sha256sum`). Empty: no authentication (one trusted deployment)."""

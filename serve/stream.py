@@ -1,12 +1,12 @@
 """``GET /v1/sessions/{session_id}/transcript/stream``: the transcript live, as Server-Sent
-Events, followed the way `dsh tail` follows it (``projectors.views.follow``).
+Events, from the session's feed (:mod:`serve.feeds`: one follow, the way `dsh tail` follows,
+shared by every stream of the session).
 
 Each entry is one event with ``id:`` its seq, so a client that reconnects with
 ``Last-Event-ID`` (browsers' ``EventSource`` does by itself) gets the entries after it first,
 then the new ones: nothing missed, nothing twice. A blocked session ends the stream with an
 ``event: blocked`` whose data is the problem. An SSE comment goes out each idle second, so
-proxies keep the connection open and a client gone is noticed within a second (the follow
-holds a worker thread while it waits).
+proxies keep the connection open.
 """
 
 from __future__ import annotations
@@ -14,50 +14,71 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Generator
+from collections.abc import AsyncGenerator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from projectors.errors import SessionBlockedError
-from projectors.read_api import Reader
-from projectors.views import follow
+from projectors.read_api import TranscriptEntry
+from projectors.views import blocked_message
 from serve.access import SessionAccess
 from serve.appends import ERRORS
+from serve.feeds import Feeds
 from serve.problems import Problem, problem_type
 
 router = APIRouter(prefix="/v1")
 
 
-def events(reader: Reader, session_id: str, after: int) -> Generator[str, None, None]:
-    try:
-        for entry in follow(reader, session_id, after):
-            if entry is None:
-                yield ": idle\n\n"
-                continue
-            data = json.dumps(entry.event | {"kind": entry.kind}, separators=(",", ":"))
-            yield f"id: {entry.seq}\nevent: entry\ndata: {data}\n\n"
-    except SessionBlockedError as exc:
-        problem = {
-            "type": problem_type(exc.code),
-            "title": "Conflict",
-            "status": 409,
-            "detail": exc.message,
-            "code": exc.code,
-            "session_id": session_id,
-        }
-        yield f"event: blocked\ndata: {json.dumps(problem)}\n\n"
+def _frame(entry: TranscriptEntry) -> str:
+    data = json.dumps(entry.event | {"kind": entry.kind}, separators=(",", ":"))
+    return f"id: {entry.seq}\nevent: entry\ndata: {data}\n\n"
+
+
+async def events(feeds: Feeds, session_id: str, after: int) -> AsyncGenerator[str, None]:
+    reader = feeds.reader
+    async with feeds.joined(session_id) as subscriber:
+        try:
+            # After joining: an entry the history misses is one the feed brings.
+            blocked = await run_in_threadpool(reader.blocked, "transcript", session_id)
+            if blocked is not None:
+                raise SessionBlockedError(blocked_message("transcript", session_id, blocked))
+            for entry in await run_in_threadpool(reader.transcript, session_id, after):
+                yield _frame(entry)
+                after = entry.seq
+            while not subscriber.overflowed:
+                item = await subscriber.queue.get()
+                if item is None:
+                    yield ": idle\n\n"
+                elif isinstance(item, BaseException):
+                    if isinstance(item, SessionBlockedError):
+                        raise item
+                    return  # Redis failed (the feed logged it): the client resumes
+                elif item.seq > after:
+                    yield _frame(item)
+                    after = item.seq
+        except SessionBlockedError as exc:
+            problem = {
+                "type": problem_type(exc.code),
+                "title": "Conflict",
+                "status": 409,
+                "detail": exc.message,
+                "code": exc.code,
+                "session_id": session_id,
+            }
+            yield f"event: blocked\ndata: {json.dumps(problem)}\n\n"
 
 
 class _Stream(StreamingResponse):
-    """Gives the stream's slot back when the response ends, however it ends (the entries
-    stopped, the client went away, the server stops): not when the collector gets to the
-    generator, which a reference cycle can put off indefinitely."""
+    """Leaves the session's feed and gives the stream's slot back when the response ends,
+    however it ends (the entries stopped, the client went away, the server stops): not when
+    the collector gets to the generator, which a reference cycle can put off indefinitely."""
 
     def __init__(
-        self, slot: threading.BoundedSemaphore, frames: Generator[str, None, None], **kw: Any
+        self, slot: threading.BoundedSemaphore, frames: AsyncGenerator[str, None], **kw: Any
     ) -> None:
         super().__init__(frames, **kw)
         self.slot, self.frames = slot, frames
@@ -67,8 +88,8 @@ class _Stream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.slot.release()
-            with contextlib.suppress(ValueError):  # still running on its thread: it ends there
-                self.frames.close()
+            with contextlib.suppress(RuntimeError):  # still running: it ends where it runs
+                await self.frames.aclose()
 
 
 @router.get(
@@ -103,7 +124,7 @@ async def stream(
         )
     return _Stream(
         slot,
-        events(access.clients.reader, access.session_id, after),
+        events(access.clients.feeds, access.session_id, after),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -216,6 +216,43 @@ def test_the_transcript_stream_delivers_live_entries_and_resumes_after_last_even
     assert [seq for seq, _ in resumed] == [1, 2]
 
 
+def test_the_streams_of_one_session_share_one_feed_that_ends_with_the_last(api: Api) -> None:
+    s = sid()
+    streams = 3
+    joined = threading.Barrier(streams + 1)
+    received: dict[int, list[int]] = {}
+
+    def listen(n: int) -> None:
+        seqs = received.setdefault(n, [])
+        with (
+            api.client() as http,
+            http.stream("GET", f"/v1/sessions/{s}/transcript/stream") as r,
+        ):
+            joined.wait(20)
+            for line in r.iter_lines():
+                if line.startswith("id: "):
+                    seqs.append(int(line[4:]))
+                    if len(seqs) == 2:
+                        return
+
+    threads = [threading.Thread(target=listen, args=(n,), daemon=True) for n in range(streams)]
+    for thread in threads:
+        thread.start()
+    joined.wait(20)
+
+    def feeds() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == f"feed-{s}"]
+
+    wait_for(lambda: len(feeds()) == 1, 10, "the session's one feed")
+    with api.client() as http:
+        http.post(f"/v1/sessions/{s}/events", json={"events": [TURN, HELLO]}).raise_for_status()
+    for thread in threads:
+        thread.join(30)
+    assert received == {n: [0, 1] for n in range(streams)}
+    assert len(feeds()) <= 1
+    wait_for(lambda: not feeds(), 10, "the feed to end after its last stream")
+
+
 def test_refusals_are_typed_problems_and_append_nothing(api: Api) -> None:
     s, other = sid("acme"), sid("globex")
     url, other_url = f"/v1/sessions/{s}/events", f"/v1/sessions/{other}/events"
