@@ -69,8 +69,8 @@ test-tools: $(TOXIPROXY)
 	  else echo "note: chromium missing; the inspector's browser tests will skip"; fi; \
 	fi
 
-# Three workers: the reliability suite, the integration tests and the unit tests side by side
-# (tests/conftest.py groups them). PYTEST_WORKERS=0 runs it all in this process, one test
+# Three workers: the reliability suite, the network faults and the test modules side by side
+# (tests/conftest.py hands them out). PYTEST_WORKERS=0 runs it all in this process, one test
 # after another.
 PYTEST_WORKERS ?= 3
 test: setup test-tools check

@@ -24,40 +24,67 @@ INTEGRATION_DIR = os.path.join(os.path.dirname(__file__), "integration")
 TEST_PARTITIONS = 4
 
 
+NETWORK_FAULTS = "tests/reliability/test_network_faults.py"
+# Modules of minutes, handed out first among the modules so that none starts last.
+LONG_MODULES = (
+    "tests/integration/test_docs.py",
+    "tests/integration/test_http_api.py",
+    "tests/integration/test_local_stack.py",
+    "tests/integration/test_stack_identity.py",
+    "tests/integration/test_inspector.py",
+    "tests/integration/test_cli.py",
+)
+
+
+def _unit_of_work(nodeid: str) -> str:
+    """What one worker runs whole: the reliability suite (its 3-broker cluster starts once),
+    the network faults (a proxied cluster of their own), else a test module."""
+    if nodeid.startswith(NETWORK_FAULTS):
+        return "network faults"
+    if nodeid.startswith("tests/reliability/"):
+        return "reliability"
+    return nodeid.split("::", 1)[0]
+
+
+def _start_order(item: pytest.Item) -> int:
+    unit = _unit_of_work(item.nodeid)
+    if unit == "reliability":
+        return 0
+    if unit == "network faults":
+        return 1
+    if unit in LONG_MODULES:
+        return 2
+    return 4 if unit.startswith("tests/unit/") else 3
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if str(item.fspath).startswith(INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=_start_order)  # stable: each module keeps its own order
 
 
 # First, ahead of xdist's own (this hook takes the first answer).
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`make test` runs three pytest-xdist workers, each on whole units so that each unit's
-    servers start once on one worker. The largest units (xdist orders them by their number of
-    tests) start first, one per worker: the unit tests, the integration and contract tests (the
-    one-broker stack), and the reliability suite (its 3-broker cluster). The network faults (a
-    proxied cluster of their own) and the 3-minute soak (``DSH_RELIABILITY_SLOW=1`` only) are
-    units of their own, which the workers that finish first take (the unit tests' first). The
-    units mostly wait on brokers and timeouts, so
-    they overlap on two cores.
+    """`make test` runs three pytest-xdist workers on units of work (``_unit_of_work``),
+    handed out in the order ``pytest_collection_modifyitems`` sorts them to: the reliability
+    suite (the longest, several minutes on one cluster) and the network faults start at once on
+    two workers, the third takes the test modules one at a time, longest first, and the other
+    two join it as they finish. The units mostly wait on brokers and timeouts, so they overlap
+    on two cores.
 
     xdist's ``loadgroup`` would do it with marks, but it renames test ids through
     ``item._nodeid``, which pytest 9.2 no longer reads; its ``loadscope`` scheduler does the
-    same through ``_split_scope`` (private, hence the version pin)."""
+    same through ``_split_scope`` (private, hence the version pin), without its reordering by
+    size (which would start the reliability suite last)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class Units(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith("tests/reliability/test_network_faults.py"):
-                return "network faults"
-            if nodeid.startswith("tests/reliability/test_soak.py"):
-                return "soak"
-            if nodeid.startswith("tests/reliability/"):
-                return "reliability"
-            if nodeid.startswith(("tests/integration/", "tests/contract/")):
-                return "integration"
-            return "unit"
+            return _unit_of_work(nodeid)
 
     return Units(config, log)
 
