@@ -66,13 +66,25 @@ class _Feed:
                 if subscribers is None:
                     return
                 # None each idle second: the streams send a keep-alive then.
-                for subscriber in subscribers:
-                    self.loop.call_soon_threadsafe(subscriber.offer, entry)
+                if not self._offer(subscribers, entry):
+                    return
         except Exception as exc:  # blocked (SessionBlockedError), or Redis failed
             if not isinstance(exc, SessionError):
                 log.warning("transcript feed of %s ended: %r", self.session_id, exc)
-            for subscriber in self._end():
-                self.loop.call_soon_threadsafe(subscriber.offer, exc)
+            self._offer(self._end(), exc)
+
+    def _offer(
+        self, subscribers: list[Subscriber], item: TranscriptEntry | Exception | None
+    ) -> bool:
+        """Hand ``item`` to each stream in the event loop; False if the loop is closed (the
+        server stopped, and its streams with it): the feed ends."""
+        try:
+            for subscriber in subscribers:
+                self.loop.call_soon_threadsafe(subscriber.offer, item)
+        except RuntimeError:
+            self._end()
+            return False
+        return True
 
     def _last_seq(self, reader: Reader) -> int:
         """The seq of the transcript's last entry now (-1: none): where the feed starts."""
