@@ -6,6 +6,7 @@ projectors, :mod:`.services`): `dsh up` starts all of it, the test fixtures only
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 from deploy.local.errors import StackRunningError
@@ -18,6 +19,9 @@ from deploy.local.settings import LocalStackSettings
 from servicekit.health import exited_cleanly, failing
 from servicekit.settings import KafkaSettings
 from servicekit.topics import ensure_topics
+
+# How long `dsh up` waits, after every service passed its checks once, for all of them at once.
+SETTLE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,18 @@ class LocalStack:
         if services:
             self.services.start()
             self.services.wait_ready()
-        return self.status()
+        return self._settled_status()
+
+    def _settled_status(self, timeout_s: float = SETTLE_S) -> list[ComponentStatus]:
+        """The status once every component is healthy, or as it is after ``timeout_s``: a
+        service that passed its checks once may fail one again while its group settles (a
+        rebalance as the next one joins), and `dsh up` reports what it waited for."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            statuses = self.status()
+            if all(s.healthy for s in statuses) or time.monotonic() > deadline:
+                return statuses
+            time.sleep(0.25)
 
     def _refuse_another_stack(self) -> None:
         """The state dir holds one stack: started again with other ports, it would run a second
