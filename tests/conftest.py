@@ -29,8 +29,6 @@ NETWORK_FAULTS = "tests/reliability/test_network_faults.py"
 LONG_MODULES = (
     "tests/integration/test_docs.py",
     "tests/integration/test_http_api.py",
-    "tests/integration/test_local_stack.py",
-    "tests/integration/test_stack_identity.py",
     "tests/integration/test_inspector.py",
     "tests/integration/test_cli.py",
 )

@@ -94,6 +94,7 @@ def test_a_read_during_a_rebuild_waits_for_it_and_says_so_when_it_outlasts_the_b
     publish(topics, events_of(session))
     with projectors_running(topics, servers.redis_url):
         views.surface(session.id, at_least=len(session) - 1, timeout_s=30)
+        views.transcript(session.id, at_least=len(session) - 1, timeout_s=30)  # read below
     runtime = build_runtime(
         "surface", topics, RedisSettings(url=SecretStr(servers.redis_url)), ProjectorSettings()
     )
