@@ -56,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
         "access_log": settings.access_log,
     }
     if settings.workers == 1:
-        uvicorn.run(app_from_environment(kafka_settings(), redis_settings()), **server)
+        uvicorn.run(make_app(kafka_settings(), redis_settings()), **server)
         return 0
     # Each worker is a process of its own that imports the app: it finds the pipeline this
     # one resolved (perhaps the local stack's record) and the log level in its environment.
@@ -67,7 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def app_from_environment(kafka: KafkaSettings, redis: RedisSettings) -> FastAPI:
+def make_app(kafka: KafkaSettings, redis: RedisSettings) -> FastAPI:
     from projectors.keys import Keys
     from projectors.settings import ProjectorSettings
     from serve.app import create_app
@@ -80,4 +80,4 @@ def app_in_worker() -> FastAPI:
     from servicekit.logs import configure_logging
 
     configure_logging("serve")
-    return app_from_environment(KafkaSettings(), RedisSettings())
+    return make_app(KafkaSettings(), RedisSettings())

@@ -42,6 +42,16 @@ class Plan:
     dead: list[DeadLetter] = field(default_factory=list)  # to send before the batch commits
 
 
+def recent_index(projection: Projection[Any], moved: dict[str, int]) -> list[Command]:
+    """Sessions (→ the time of their last event applied) into the projection's recent index,
+    a later time only (GT: a replay of old events never moves a session back), then all but
+    its ``recent_sessions`` latest out. Outside any MULTI: the index has a slot of its own."""
+    key = projection.keys.recent(projection.name)
+    members = [x for sid, time in moved.items() for x in (time, sid)]
+    keep = projection.recent_sessions
+    return [("ZADD", key, "GT", *members), ("ZREMRANGEBYRANK", key, 0, -keep - 1)]
+
+
 class Planner(Generic[S]):
     def __init__(
         self,
@@ -104,17 +114,11 @@ class Planner(Generic[S]):
                 if n:
                     self.stats[result] += n
         if moved and projection.recent_sessions:
-            commands += self._recent(moved, projection.recent_sessions)
-            queued += [None, None]
+            index = recent_index(projection, moved)
+            commands += index
+            queued += [None] * len(index)
         out.rebuild = {p: s for p, s in rebuild.items() if s}
         return out
-
-    def _recent(self, moved: dict[str, int], keep: int) -> list[Command]:
-        """The batch's sessions into the recent index (a later time only: GT, so a replay of
-        old events never moves a session back), then all but the ``keep`` latest out."""
-        key = self.keys.recent(self.name)
-        members = [x for sid, time in moved.items() for x in (time, sid)]
-        return [("ZADD", key, "GT", *members), ("ZREMRANGEBYRANK", key, 0, -keep - 1)]
 
     def settle(
         self,

@@ -23,7 +23,7 @@ from projectors.fold import Image
 from projectors.link import raise_errors
 from projectors.projection import Projection
 from projectors.records import Poison, Record
-from projectors.runtime.batches import Planner
+from projectors.runtime.batches import Planner, recent_index
 from projectors.runtime.poison import Command, PoisonRecords, block_commands
 from projectors.runtime.sessions import Entry, SessionStore
 from projectors.topic_reader import read_sessions
@@ -194,12 +194,8 @@ class Rebuilds(Generic[S]):
             ("EXEC",),
             *block[1:],  # SADD to the blocked set
         ]
-        if moved is not None and projection.recent_sessions:  # also outside: a slot of its own
-            recent = self.keys.recent(self.name)
-            commands += [
-                ("ZADD", recent, "GT", moved, sid),
-                ("ZREMRANGEBYRANK", recent, 0, -projection.recent_sessions - 1),
-            ]
+        if moved is not None and projection.recent_sessions:
+            commands += recent_index(projection, {sid: moved})
         return commands, state, bool(block)
 
     def _log_blocked(self, sid: str, partition: int, error: SessionError, seq: int = -1) -> None:
