@@ -6,8 +6,9 @@ last one got the entry close to a second after the append. Now one thread per st
 follows it (``projectors.views.follow``) and hands each new entry to every stream's queue in
 the event loop; a stream only reads Redis for the entries before it joined.
 
-A stream joins its session's feed first and reads the history after its ``after`` second, so
-nothing falls between the two; what arrives twice is dropped by seq. A feed ends when its last
+A stream joins its session's feed first, waits until the feed knows where it starts (the
+transcript's last entry then), and only then reads the history after its ``after``: nothing
+falls between the two, and what arrives twice is dropped by seq. A feed ends when its last
 stream has left (at its next idle second), or when the session is blocked (each stream then
 ends with the reason), or when Redis fails (the streams end; a client resumes with
 ``Last-Event-ID``). A stream whose client reads slower than entries come is ended the same
@@ -17,6 +18,7 @@ way once ``QUEUE_LIMIT`` entries wait for it, rather than holding them all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -54,6 +56,9 @@ class _Feed:
     def __init__(self, feeds: Feeds, session_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self.feeds, self.session_id, self.loop = feeds, session_id, loop
         self.subscribers: set[Subscriber] = set()
+        # Set in the loop once the feed has read where it starts (or failed to): a stream
+        # that read its history before then could miss the entries between the two.
+        self.positioned = asyncio.Event()
         self.thread = threading.Thread(
             target=self._run, name=f"feed-{session_id[:40]}", daemon=True
         )
@@ -61,7 +66,11 @@ class _Feed:
     def _run(self) -> None:
         reader = self.feeds.reader
         try:
-            for entry in follow(reader, self.session_id, self._last_seq(reader)):
+            try:
+                start = self._last_seq(reader)
+            finally:
+                self._positioned()
+            for entry in follow(reader, self.session_id, start):
                 subscribers = self._subscribers()
                 if subscribers is None:
                     return
@@ -72,6 +81,10 @@ class _Feed:
             if not isinstance(exc, SessionError):
                 log.warning("transcript feed of %s ended: %r", self.session_id, exc)
             self._offer(self._end(), exc)
+
+    def _positioned(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no stream waits
+            self.loop.call_soon_threadsafe(self.positioned.set)
 
     def _offer(
         self, subscribers: list[Subscriber], item: TranscriptEntry | Exception | None
@@ -138,6 +151,7 @@ class Feeds:
         if start:
             feed.thread.start()
         try:
+            await feed.positioned.wait()
             yield subscriber
         finally:
             with self.lock:
