@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
-from confluent_kafka import TopicPartition
-
 from projectors.records import Poison, Record, decode
 from schemas import created_bare
 from servicekit import kafka_clients
-from servicekit.partition_reader import NOW, read_partitions
+from servicekit.partition_reader import NOW, read_partitions, watermarks
 from servicekit.partitioning import partition_for
 from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
@@ -52,9 +50,7 @@ def offsets_in(kafka: KafkaSettings, topic: str, partitions: Iterable[int]) -> i
     markers and aborted records take offsets too), for a progress bar."""
     consumer = kafka_clients.reader(kafka)
     try:
-        marks = [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions
-        ]
+        marks = [watermarks(consumer, topic, p) for p in partitions]
     finally:
         consumer.close()
     return sum(max(high - low, 0) for low, high in marks)

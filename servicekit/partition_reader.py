@@ -57,14 +57,17 @@ def refresh_metadata(client: Consumer, topic: str) -> None:
         client.list_topics(topic, timeout=5.0)
 
 
-def high_watermark(probe: Consumer, topic: str, partition: int, timeout_s: float = 10.0) -> int:
-    """The partition's end. Asked of a read_uncommitted ``probe``, it is the high watermark,
-    past any open transaction; a read_committed consumer answers the last stable offset."""
+def watermarks(
+    probe: Consumer, topic: str, partition: int, timeout_s: float = 10.0
+) -> tuple[int, int]:
+    """The partition's first offset and its end, asked of the broker (not a cache). Asked of a
+    read_uncommitted ``probe``, the end is the high watermark, past any open transaction; a
+    read_committed consumer answers the last stable offset."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            _, high = probe.get_watermark_offsets(TopicPartition(topic, partition), 5.0, False)
-            return int(high)
+            low, high = probe.get_watermark_offsets(TopicPartition(topic, partition), 5.0, False)
+            return int(low), int(high)
         except KafkaException as exc:
             # Leadership moves (a new topic, a broker restart) pass: ask again until the deadline.
             if time.monotonic() > deadline:
@@ -76,6 +79,11 @@ def high_watermark(probe: Consumer, topic: str, partition: int, timeout_s: float
                 # Asking for the topic's metadata replaces the cached entry.
                 refresh_metadata(probe, topic)
             time.sleep(0.1)
+
+
+def high_watermark(probe: Consumer, topic: str, partition: int, timeout_s: float = 10.0) -> int:
+    """The partition's end (see :func:`watermarks`)."""
+    return watermarks(probe, topic, partition, timeout_s)[1]
 
 
 def low_watermark(consumer: Consumer, topic: str, partition: int) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from dsh.errors import SessionError
 from dsh.formats.jsonl import fsync_directory
@@ -38,7 +38,7 @@ from projectors.export.manifest import MANIFEST, Manifest
 from schemas import HEADER_INHERITED, decode_event
 from schemas.records import default_codec
 from servicekit import kafka_clients
-from servicekit.partition_reader import PartitionReadError, read_partitions
+from servicekit.partition_reader import PartitionReadError, read_partitions, watermarks
 from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
 from servicekit.topics import partition_counts
@@ -199,7 +199,7 @@ def _run(
     stale = [p for p in committed if p >= count]
     ranges: dict[int, tuple[int, int]] = {}
     for p in range(count):
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10.0, False)
+        low, high = watermarks(consumer, topic, p)
         start = committed.get(p, low)
         if start > high:
             stale.append(p)
