@@ -43,6 +43,7 @@ from schemas.records import (
     invariants_of,
     read_headers,
     record_headers,
+    snapshot_head,
 )
 from schemas.store import (
     APPEND_COMMAND,
@@ -103,4 +104,5 @@ __all__ = [
     "invariants_of",
     "read_headers",
     "record_headers",
+    "snapshot_head",
 ]

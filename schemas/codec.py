@@ -107,6 +107,11 @@ class Codec:
             self._heads[data[:HEADER_SIZE]] = r
         return r
 
+    def writer_of(self, data: bytes) -> MessageSchema:
+        """The schema ``data`` was written with, from its single-object header."""
+        r = self._heads.get(data[:HEADER_SIZE])
+        return (r if r is not None else self._header_reader(data, False)).writer
+
     def encode(self, name: str, value: Mapping[str, Any]) -> bytes:
         """Encode the wire JSON of a ``name`` record with the newest schema for ``name``."""
         w = self._writers.get(name) or self._writer(name)

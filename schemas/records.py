@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, Protocol
 
 from dsh.errors import SessionError, error_from_wire
 from dsh.event import SESSION_FORMAT_VERSION, Event
-from schemas.codec import Codec
-from schemas.errors import UnencodableError
+from schemas.codec import HEADER_SIZE, Codec
+from schemas.errors import CorruptRecordError, SchemaMismatchError, UnencodableError
 from schemas.store import APPEND_COMMAND, APPEND_REPLY, SESSION_EVENT, WRITER_SNAPSHOT
 
 HEADER_TYPE = "dsh-type"
@@ -327,6 +327,48 @@ def decode_snapshot(data: bytes, *, codec: Codec | None = None) -> WriterSnapsho
         format_version=v["formatVersion"],
         last_seq=v["lastSeq"],
     )
+
+
+# The fields a snapshot starts with, which snapshot_head reads without the events after them.
+_SNAPSHOT_HEAD = (("sessionId", "string"), ("formatVersion", "int"), ("lastSeq", "long"))
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """An Avro int or long (zigzag varint) at ``pos``: (value, position after it)."""
+    shift = n = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (n >> 1) ^ -(n & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("writer-snapshot: a varint longer than 10 bytes")
+
+
+def snapshot_head(data: bytes, *, codec: Codec | None = None) -> tuple[str, int]:
+    """A snapshot's session id and last seq, read from its first fields: a restore learns
+    them of every session it does not keep in memory without decoding their events. A
+    snapshot written with a schema that starts otherwise is decoded whole."""
+    codec = codec or _default()
+    writer = codec.writer_of(data)
+    if writer.name != WRITER_SNAPSHOT:
+        raise SchemaMismatchError(f"expected a {WRITER_SNAPSHOT} record, got {writer.name}")
+    fields = tuple((f["name"], f["type"]) for f in writer.schema["fields"][:3])
+    if fields != _SNAPSHOT_HEAD:
+        snapshot = decode_snapshot(data, codec=codec)
+        return snapshot.session_id, snapshot.last_seq
+    try:
+        length, pos = _varint(data, HEADER_SIZE)
+        if not 0 <= length <= len(data) - pos:
+            raise IndexError
+        session_id = data[pos : pos + length].decode()
+        _, pos = _varint(data, pos + length)
+        last_seq, _ = _varint(data, pos)
+    except (IndexError, UnicodeDecodeError):
+        raise CorruptRecordError(f"{WRITER_SNAPSHOT}: truncated or undecodable head") from None
+    return session_id, last_seq
 
 
 # --- Kafka record headers ----------------------------------------------------------------

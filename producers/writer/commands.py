@@ -277,13 +277,18 @@ class CommandHandler:
             error = MalformedCommandError(
                 f"request {rid!r}: a read starts at a seq of 0 or more, not {read_from!r}"
             )
+        held = None
+        if error is None:
+            try:
+                held = state.held(sid)  # restored if evicted
+            except SessionError as exc:
+                error = exc
         headers = headers_of(REPLY, rid.encode())
         if error is not None:
             metrics.READS.labels("refused").inc()
             value = encode_reply(AppendReply.rejected(rid, cid, sid, error))
         else:
             metrics.READS.labels("served").inc()
-            held = state.held(sid)  # restored if evicted
             values, following = ([], None) if held is None else _read_part(held, start)
             if following is not None:
                 headers.append((HEADER_READ_NEXT, str(following).encode()))

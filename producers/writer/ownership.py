@@ -168,6 +168,8 @@ class Ownership:
             [TopicPartition(self.topics.commands, tp.partition) for tp in partitions],
             timeout,
         )
+        # Each partition's share once these are owned too: what its restore builds.
+        share = self.budget.share(len(self.partitions.keys() | {tp.partition for tp in committed}))
         for tp in committed:
             if tp.partition in restored:
                 continue
@@ -180,6 +182,7 @@ class Ownership:
                 timeout,
                 interpreters=self.interpreters,
                 rejection_slots=self.settings.rejection_slots,
+                budget=share,
             )
             state.residency.reload = functools.partial(self._reload, tp.partition)
             self.partitions[tp.partition] = state
@@ -187,11 +190,12 @@ class Ownership:
             elapsed = time.monotonic() - started
             metrics.RESTORE_SECONDS.observe(elapsed)
             log.info(
-                "partition %d restored in %.2fs: %d sessions, events read from offset %d, "
-                "resuming at command offset %s",
+                "partition %d restored in %.2fs: %d sessions in memory, %d evicted, events "
+                "read from offset %d, resuming at command offset %s",
                 tp.partition,
                 elapsed,
                 len(state.sessions),
+                len(state.residency.evicted),
                 state.restored_from,
                 tp.offset if tp.offset >= 0 else "beginning",
                 extra={"partition": tp.partition},  # a context field of the structured line
@@ -277,9 +281,11 @@ class Ownership:
 
 def evict_restored(state: PartitionState) -> None:
     """Evict a restored partition's sessions past its budget: all they hold is committed, so
-    their stubs point at it at once, no snapshot needed."""
+    their stubs point at it at once. Not the sessions with events after their snapshot: the
+    next checkpoint must snapshot them, and only a resident session can be snapshotted; the
+    batch that evicts them snapshots them first (:mod:`.snapshots`)."""
     residency = state.residency
-    for session_id, size in residency.victims():
+    for session_id, size in residency.victims(keep=state.dirty):
         held = state.sessions.pop(session_id)
         residency.drop(session_id, held.stub(size))
         metrics.EVICTIONS.inc()

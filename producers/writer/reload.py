@@ -5,7 +5,9 @@ of the whole partition would find them (:mod:`.restore`).
 Everything an eviction points at was committed before the session left memory, so both reads
 go to the end as of now and stop at the session's last record. A record not found where the
 stub says, or any read failure, is doubt: it is raised as a :class:`KafkaException`, which
-makes the writer abort the batch and restore its partitions from the log.
+makes the writer abort the batch and restore its partitions from the log. A log that is
+there but does not rebuild (a corrupt record, a broken invariant) raises its
+:class:`~dsh.errors.SessionError`: the session is broken, as a restore would find it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from dsh.errors import SessionError
 from dsh.projections import Interpreter
 from producers.writer import metrics
 from producers.writer.residency import Evicted
+from producers.writer.restore import snapshot_bare
 from producers.writer.state import SessionState, rebuild, requests_from_log, reusable_value
 from schemas import HEADER_REQUEST, decode_event_frozen, decode_snapshot, header
 from servicekit.partition_reader import NOW, PartitionReadError, read_partitions
@@ -46,6 +48,7 @@ def reload_session(
     key = session_id.encode()
     head: list[dict[str, Any]] = []
     requests: dict[str, tuple[int, int]] = {}
+    invariants = stub.invariants
     try:
         if stub.snapshot_from is not None:
             ranges = {partition: (stub.snapshot_from, NOW)}
@@ -57,6 +60,8 @@ def reload_session(
                     if snapshot.last_seq == stub.snapshot_last:
                         head = list(snapshot.events)
                         requests = {r.request_id: (r.first_seq, r.count) for r in snapshot.requests}
+                        if invariants is None:
+                            invariants = not snapshot_bare(snapshot)
                         break
             if not head:
                 raise _doubt(
@@ -89,10 +94,9 @@ def reload_session(
             f"reloading session {session_id!r}: found {len(events)} contiguous events of "
             f"{stub.length}"
         )
-    try:
-        session = rebuild(session_id, events, interpreters, stub.invariants)
-    except SessionError as exc:
-        raise _doubt(f"reloading session {session_id!r}: {exc}") from None
+    # A log that does not rebuild raises its SessionError: the same log, read again by a
+    # restore of the partition, would not rebuild either (the session is broken).
+    session = rebuild(session_id, events, interpreters, invariants is not False)
     requests.update(requests_from_log(request_ids, len(head)))
     state = SessionState(
         session,

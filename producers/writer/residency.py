@@ -14,7 +14,7 @@ No Kafka here: the reload is handed in. Every call on a command's path is O(1).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ class Evicted:
     after events offset ``events_from``), ``length`` events in all."""
 
     length: int
-    invariants: bool
+    invariants: bool | None  # None: as its snapshot says (evicted by a restore, never decoded)
     snapshot_from: int | None
     snapshot_last: int
     events_from: int
@@ -101,13 +101,21 @@ class Residency:
             or (b.bytes and self.resident_bytes > b.bytes)
         )
 
-    def victims(self) -> Iterator[tuple[str, int]]:
+    def victims(self, keep: Collection[str] = ()) -> Iterator[tuple[str, int]]:
         """The least recently used sessions to evict, oldest first, with their logged bytes,
-        until within budget; the most recently used one always stays. Each is forgotten as
-        it is yielded."""
+        until within budget; the most recently used one always stays, and so do those in
+        ``keep``, where they are in the order. Each is forgotten as it is yielded."""
         used = self._used
-        while self.over() and len(used) > 1:
-            session_id, size = used.popitem(last=False)
+        if not keep:
+            while self.over() and len(used) > 1:
+                session_id, size = used.popitem(last=False)
+                self.resident_bytes -= size
+                yield session_id, size
+            return
+        for session_id in [s for s in used if s not in keep]:
+            if not self.over() or len(used) <= 1:
+                return
+            size = used.pop(session_id)
             self.resident_bytes -= size
             yield session_id, size
 

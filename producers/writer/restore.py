@@ -8,7 +8,9 @@ never serves from a log that may still grow behind its back.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, Message
@@ -16,6 +18,7 @@ from confluent_kafka import Consumer, Message
 from dsh.errors import SessionError
 from dsh.projections import Interpreter
 from producers.writer.rejections import DEFAULT_SLOTS, Rejections, Slot, is_slot_key
+from producers.writer.residency import Budget, Evicted
 from producers.writer.state import (
     PartitionState,
     SessionState,
@@ -31,6 +34,7 @@ from schemas import (
     decode_event_frozen,
     decode_snapshot,
     header,
+    snapshot_head,
 )
 from servicekit.partition_reader import high_watermark, read_partitions
 
@@ -42,9 +46,61 @@ def checkpoint_offset(snapshot: WriterSnapshot) -> int:
     return int(state.get("eventsOffset", 0))
 
 
-def _bare(snapshot: WriterSnapshot) -> bool:
+def snapshot_bare(snapshot: WriterSnapshot) -> bool:
     """Whether the snapshot's session was created with invariants off."""
     return isinstance(snapshot.state, dict) and snapshot.state.get("invariants") is False
+
+
+@dataclass(slots=True)
+class _Head:
+    """A session's latest snapshot as far as the read has got: its offset, size and last seq,
+    and its value while it is among the most recent ones the budget holds (else None)."""
+
+    offset: int
+    size: int
+    last_seq: int
+    value: bytes | None
+
+
+class _Heads:
+    """The latest snapshot of each session of a partition, read in offset order. Only the
+    values of the most recent ones that fit ``budget`` are held: a later snapshot means a
+    session used more recently, and those are the ones kept in memory after the restore.
+    The others are known only by where they are, which is what an eviction's stub holds."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.of: dict[str, _Head] = {}
+        self._held: OrderedDict[str, int] = OrderedDict()  # session -> size, oldest first
+        self._held_bytes = 0
+
+    def add(self, offset: int, value: bytes) -> None:
+        session_id, last_seq = snapshot_head(value)
+        held = self._held.pop(session_id, None)
+        if held is not None:
+            self._held_bytes -= held
+        self.of[session_id] = _Head(offset, len(value), last_seq, value)
+        self._held[session_id] = len(value)
+        self._held_bytes += len(value)
+        b = self.budget
+        while len(self._held) > 1 and (
+            (b.bytes and self._held_bytes > b.bytes)
+            or (b.sessions and len(self._held) > b.sessions)
+        ):
+            oldest, size = self._held.popitem(last=False)
+            self._held_bytes -= size
+            self.of[oldest].value = None
+
+    def _over(self) -> bool:
+        b = self.budget
+        return bool(
+            (b.bytes and self._held_bytes > b.bytes)
+            or (b.sessions and len(self._held) > b.sessions)
+        )
+
+    def held(self) -> list[str]:
+        """Sessions whose values are held, oldest snapshot first."""
+        return list(self._held)
 
 
 def restore_partition(
@@ -57,45 +113,44 @@ def restore_partition(
     interpreters: Mapping[str, Interpreter] | None = None,
     use_snapshots: bool = True,
     rejection_slots: int = DEFAULT_SLOTS,
+    budget: Budget | None = None,
     _slots: list[Slot] | None = None,
 ) -> PartitionState:
     """Sessions of the partition from their latest snapshots plus the events after the last
     checkpoint. A checkpoint at events offset X promises that every session with an event
     below X has a snapshot covering those events, so the events topic is read from X only.
-    The remembered rejections come from the same topic (``producers.writer.rejections``)."""
+    The remembered rejections come from the same topic (``producers.writer.rejections``).
+
+    With a ``budget`` (the partition's share of the writer's), the restore builds only the
+    sessions it keeps: those with events after their snapshot (a transaction must snapshot
+    them before they may leave), then the most recently snapshotted ones that fit. Every
+    other session becomes an :class:`Evicted` stub at once, its snapshot never decoded, so
+    taking a partition over costs the budget, not the partition's whole history."""
     events_topic, snapshots_topic = topics
-    snapshots: dict[str, WriterSnapshot] = {}
-    sizes: dict[str, int] = {}  # logged bytes of each session, as read
+    heads = _Heads(budget or Budget())
     snapshots_end = 0
     slots: list[Slot] = [] if _slots is None else _slots
     start = 0
     if use_snapshots:
         end = high_watermark(probe, snapshots_topic, partition)
-        # Until compaction gets to them (not before their segment rolls), every snapshot a
-        # session ever had is still there, each holding all its events up to then: only the
-        # last record of each key is decoded, or a restore would decode a session's events
-        # once per snapshot of it.
-        last_of_key: dict[bytes | None, Message] = {}
-        snapshot_at: dict[str, int] = {}  # session id -> offset of its latest snapshot
+        checkpoint: Message | None = None
         ranges: dict[int, tuple[int | None, int | None]] = {partition: (None, end)}
         for message in read_partitions(reader, snapshots_topic, ranges, timeout_s):
-            if is_slot_key(message.key()):
+            key = message.key()
+            if key == CHECKPOINT_KEY:
+                checkpoint = message
+            elif is_slot_key(key):
                 slots.append(Slot.from_state(decode_snapshot(message.value() or b"").state))
             else:
-                last_of_key[message.key()] = message
-        checkpoint = last_of_key.pop(CHECKPOINT_KEY, None)
+                heads.add(message.offset() or 0, message.value() or b"")
         if checkpoint is not None:
             start = checkpoint_offset(decode_snapshot(checkpoint.value() or b""))
-        for message in last_of_key.values():
-            snapshot = decode_snapshot(message.value() or b"")
-            snapshots[snapshot.session_id] = snapshot
-            snapshot_at[snapshot.session_id] = message.offset() or 0
-            sizes[snapshot.session_id] = len(message.value() or b"")
         snapshots_end = end
     end = high_watermark(probe, events_topic, partition)
     logs: dict[str, list[dict[str, Any]]] = {}
     values: dict[str, list[bytes | None]] = {}
     request_ids: dict[str, list[str | None]] = {}
+    tail_bytes: dict[str, int] = {}
     bare: set[str] = set()  # sessions created with invariants off
     interpreters = interpreters or {}
     state = PartitionState(
@@ -112,69 +167,125 @@ def restore_partition(
         try:
             record = decode_event_frozen(message.value() or b"")
         except SessionError as exc:
-            key = (message.key() or b"").decode(errors="replace")
-            state.broken[key] = without_traceback(exc)
+            state.broken[(message.key() or b"").decode(errors="replace")] = without_traceback(exc)
             continue
-        covered = snapshots.get(record.session_id)
+        sid = record.session_id
+        covered = heads.of.get(sid)
         if covered is not None and record.event["seq"] <= covered.last_seq:
             continue  # already in the snapshot
         if record.event["seq"] == 0 and created_bare(message.headers()):
-            bare.add(record.session_id)
-        if record.session_id not in logs:
-            tail_at[record.session_id] = message.offset() or 0
-        logs.setdefault(record.session_id, []).append(record.event)
-        values.setdefault(record.session_id, []).append(reusable_value(message.value()))
-        sizes[record.session_id] = sizes.get(record.session_id, 0) + len(message.value() or b"")
-        request_ids.setdefault(record.session_id, []).append(
-            header(message.headers(), HEADER_REQUEST)
-        )
-    for session_id in snapshots.keys() | logs.keys():
-        if session_id in state.broken:
-            continue
-        latest = snapshots.get(session_id)
-        head = list(latest.events) if latest is not None else []
-        tail = logs.get(session_id, [])
-        if use_snapshots and tail and tail[0]["seq"] != len(head):
+            bare.add(sid)
+        if sid not in logs:
+            tail_at[sid] = message.offset() or 0
+        logs.setdefault(sid, []).append(record.event)
+        values.setdefault(sid, []).append(reusable_value(message.value()))
+        tail_bytes[sid] = tail_bytes.get(sid, 0) + len(message.value() or b"")
+        request_ids.setdefault(sid, []).append(header(message.headers(), HEADER_REQUEST))
+    for sid, tail in logs.items():
+        head = heads.of.get(sid)
+        if use_snapshots and sid not in state.broken and tail[0]["seq"] != _length(head):
             # A gap between snapshot and tail breaks the checkpoint's promise: trust only the
             # events topic, from its beginning.
-            return restore_partition(
-                reader,
-                probe,
-                topics,
-                partition,
-                timeout_s,
-                interpreters=interpreters,
-                use_snapshots=False,
-                rejection_slots=rejection_slots,
-                _slots=slots,
+            return _from_events_only(
+                reader, probe, topics, partition, timeout_s, interpreters, rejection_slots, slots
             )
-        invariants = session_id not in bare and (latest is None or not _bare(latest))
+    # Built, oldest use first: held snapshots by their offset, then sessions with a tail.
+    kept = [sid for sid in heads.held() if sid not in logs] + list(logs)
+    missing = {heads.of[sid].offset: sid for sid in logs if _unheld(heads.of.get(sid))}
+    if missing and not _fetch(reader, snapshots_topic, partition, timeout_s, heads, missing):
+        return _from_events_only(
+            reader, probe, topics, partition, timeout_s, interpreters, rejection_slots, slots
+        )
+    for sid in kept:
+        if sid in state.broken:
+            continue
+        found = heads.of.get(sid)
+        latest = decode_snapshot(found.value) if found is not None and found.value else None
+        head_events = list(latest.events) if latest is not None else []
+        tail = logs.get(sid, [])
+        invariants = sid not in bare and (latest is None or not snapshot_bare(latest))
         try:
-            session = rebuild(session_id, head + tail, interpreters, invariants)
+            session = rebuild(sid, head_events + tail, interpreters, invariants)
         except SessionError as exc:
-            state.broken[session_id] = without_traceback(exc)
+            state.broken[sid] = without_traceback(exc)
             continue
         requests = (
             {r.request_id: (r.first_seq, r.count) for r in latest.requests}
             if latest is not None
             else {}
         )
-        requests.update(requests_from_log(request_ids.get(session_id, []), len(head)))
-        known: list[bytes | None] = [None] * len(head)
-        known += values.get(session_id, [])
-        state.sessions[session_id] = SessionState(
+        requests.update(requests_from_log(request_ids.get(sid, []), len(head_events)))
+        known: list[bytes | None] = [None] * len(head_events)
+        known += values.get(sid, [])
+        state.sessions[sid] = SessionState(
             session,
             requests,
             {},
             len(tail),
             known,
-            snapshot_from=snapshot_at.get(session_id),
-            snapshot_last=len(head) - 1,
-            events_from=tail_at.get(session_id, end),
+            snapshot_from=found.offset if found is not None else None,
+            snapshot_last=len(head_events) - 1,
+            events_from=tail_at.get(sid, end),
         )
-        state.residency.used(session_id)
-        state.residency.grew(session_id, sizes.get(session_id, 0))
+        state.residency.used(sid)
+        state.residency.grew(sid, (found.size if found is not None else 0) + tail_bytes.get(sid, 0))
         if tail:
-            state.dirty.add(session_id)  # the next checkpoint must cover its tail
-    state.rejections.load(slots, {sid: s.requests for sid, s in state.sessions.items()})
+            state.dirty.add(sid)  # the next checkpoint must cover its tail
+    for sid, found in heads.of.items():
+        if sid in state.sessions or sid in state.broken or found.last_seq < 0:
+            continue
+        # Its snapshot holds all of it; whether it is bare, the snapshot says when reloaded.
+        stub = Evicted(found.last_seq + 1, None, found.offset, found.last_seq, end, found.size)
+        state.residency.drop(sid, stub)
+    answered = {sid: s.requests for sid, s in state.sessions.items()}
+    state.rejections.load(slots, answered)
     return state
+
+
+def _length(head: _Head | None) -> int:
+    return head.last_seq + 1 if head is not None else 0
+
+
+def _unheld(head: _Head | None) -> bool:
+    return head is not None and head.value is None
+
+
+def _fetch(
+    reader: Consumer,
+    snapshots_topic: str,
+    partition: int,
+    timeout_s: float,
+    heads: _Heads,
+    missing: dict[int, str],
+) -> bool:
+    """Read again the snapshots (offset -> session) whose values were let go of: sessions with
+    events after an older snapshot. False if one is not where it was."""
+    ranges: dict[int, tuple[int | None, int | None]] = {partition: (min(missing), max(missing) + 1)}
+    for message in read_partitions(reader, snapshots_topic, ranges, timeout_s):
+        sid = missing.pop(message.offset() or 0, None)
+        if sid is not None and message.key() == sid.encode():
+            heads.of[sid].value = message.value()
+    return not missing
+
+
+def _from_events_only(
+    reader: Consumer,
+    probe: Consumer,
+    topics: tuple[str, str],
+    partition: int,
+    timeout_s: float,
+    interpreters: Mapping[str, Interpreter],
+    rejection_slots: int,
+    slots: list[Slot],
+) -> PartitionState:
+    return restore_partition(
+        reader,
+        probe,
+        topics,
+        partition,
+        timeout_s,
+        interpreters=interpreters,
+        use_snapshots=False,
+        rejection_slots=rejection_slots,
+        _slots=slots,
+    )

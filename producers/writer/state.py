@@ -206,10 +206,16 @@ class PartitionState:
     events_mark: int = 0
 
     def held(self, session_id: str) -> SessionState | None:
-        """The session's state, restored if it was evicted; None for a session never seen."""
+        """The session's state, restored if it was evicted; None for a session never seen.
+        An evicted session whose log does not rebuild raises its error, and is broken."""
         state = self.sessions.get(session_id)
         if state is None:
-            state = self.residency.take_back(session_id)
+            try:
+                state = self.residency.take_back(session_id)
+            except SessionError as exc:
+                # Its log does not rebuild: refused from now on, as after a restore.
+                self.broken[session_id] = without_traceback(exc)
+                raise
             if state is None:
                 return None
             self.sessions[session_id] = state
@@ -241,7 +247,10 @@ class PartitionState:
         broken = self.broken.get(command.session_id)
         if broken is not None:
             return Outcome(error=broken)
-        state = self.session(command.session_id, invariants)
+        try:
+            state = self.session(command.session_id, invariants)
+        except SessionError as exc:
+            return Outcome(error=without_traceback(exc))
         answered = state.requests.get(command.request_id)
         if answered is not None:
             first, count = answered

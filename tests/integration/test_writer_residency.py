@@ -7,12 +7,15 @@ events, a remembered rejection repeated, and nothing lost, also after a restart.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 import dsh
-from producers import ConflictError, SessionClient
-from producers.writer import metrics
+from producers import ConflictError, SessionClient, draft
+from producers.errors import InvariantsModeError
+from producers.writer import metrics, restore
+from schemas import WriterSnapshot, decode_snapshot
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     PARTITIONS,
@@ -20,7 +23,7 @@ from tests.integration.writer_support import (
     running_writer,
     writer_settings,
 )
-from tests.support.builders import user
+from tests.support.builders import assistant, user
 
 SESSIONS = 10
 ROUNDS = 4
@@ -103,3 +106,53 @@ def test_sessions_evicted_and_restored_on_demand_keep_every_guarantee(
                 ids = [e.data["id"] for e in events[:ROUNDS]]
                 assert ids == [f"{sid}-{r}" for r in range(ROUNDS)]
                 assert isinstance(events[0], dsh.Event)
+
+
+def test_a_restore_builds_only_the_sessions_its_budget_keeps_and_reloads_the_rest(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer taking partitions over decodes the snapshots of the sessions its budget keeps
+    (one per partition here), not of every session: the others are stubs from the start, and
+    come back on demand with their events, answered requests and mode (one without
+    invariants) intact."""
+    run = uuid.uuid4().hex[:6]
+    sids = [f"cold-{run}-{i}" for i in range(SESSIONS)]
+    bare = sids[0]
+    settings = writer_settings(
+        max_resident_sessions=PARTITIONS, snapshot_every=1, checkpoint_every=1
+    )
+    outside = [draft("assistant/message", assistant(mid="a0"), surface_op="append")]
+    decoded: list[str] = []
+
+    def counted(value: bytes, **kw: Any) -> WriterSnapshot:
+        snapshot = decode_snapshot(value, **kw)
+        if snapshot.session_id.startswith(f"cold-{run}"):
+            decoded.append(snapshot.session_id)
+        return snapshot
+
+    with SessionClient(settings=topics, timeout=30) as client:
+        with running_writer(topics, settings):
+            client.append_many(bare, outside, invariants=False)
+            for sid in sids[1:]:
+                client.append(sid, "user/message", user(f"{sid}-0"), surface_op="append")
+            for sid in sids:  # each session's last event is in its latest snapshot
+                client.append(
+                    sid, "user/message", user(f"{sid}-1"), surface_op="append", request_id=sid
+                )
+        monkeypatch.setattr(restore, "decode_snapshot", counted)
+        with running_writer(topics, settings) as second:
+            resident = {s for state in second.partitions.values() for s in state.sessions}
+            stubs = {s for state in second.partitions.values() for s in state.residency.evicted}
+            ours = set(sids)
+            assert len(resident & ours) <= PARTITIONS
+            assert ours <= resident | stubs
+            assert len(decoded) == len(set(decoded)) == len(resident & ours)
+            for sid in sids:  # a retry is answered from the reloaded session
+                again = client.append(
+                    sid, "user/message", user(f"{sid}-1"), surface_op="append", request_id=sid
+                )
+                assert again.seq == 1
+            with pytest.raises(InvariantsModeError):
+                client.append_many(bare, outside, invariants=True)
+            assert client.read(bare).invariants is False
+            assert client.append_many(bare, outside)[0].seq == 2

@@ -446,6 +446,24 @@ def test_snapshot_round_trip(
     snap = schemas.WriterSnapshot("sess", tuple(events), tuple(reqs), state)
     assert schemas.decode_snapshot(schemas.encode_snapshot(snap)) == snap
 
+    head = schemas.snapshot_head(schemas.encode_snapshot(snap))
+    assert head == ("sess", snap.last_seq)
+
+
+@PROPS
+@given(session_id=text, last_seq=st.integers(min_value=-1, max_value=LONG_MAX))
+def test_a_snapshot_head_is_read_without_its_events(session_id: str, last_seq: int) -> None:
+    snap = schemas.WriterSnapshot(session_id, (), last_seq=last_seq)
+    data = schemas.encode_snapshot(snap)
+    assert schemas.snapshot_head(data) == (session_id, last_seq)
+    with pytest.raises(schemas.CorruptRecordError):
+        schemas.snapshot_head(data[:11])  # the header and one byte
+    command = schemas.encode_command(
+        schemas.AppendCommand("r", "c", "s", ({"type": "turn/start", "data": {"turn": 1}},))
+    )
+    with pytest.raises(schemas.SchemaMismatchError):
+        schemas.snapshot_head(command)
+
 
 def test_headers() -> None:
     headers = schemas.event_headers("tool/result")

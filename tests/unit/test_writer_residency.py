@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from dsh.errors import RestoreError
 from producers.writer.journal import SNAPSHOT
+from producers.writer.ownership import evict_restored
 from producers.writer.residency import Budget, Evicted, Residency
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import PartitionState, SessionState, new_session
@@ -158,3 +160,33 @@ def test_a_session_with_no_event_is_simply_forgotten() -> None:
     _snapshots().after_batch(state, Outbox())
     assert list(state.sessions) == ["new"]
     assert not state.residency.leaving and state.held("empty") is None
+
+
+def test_after_a_restore_a_session_with_events_past_its_snapshot_stays_until_snapshotted() -> None:
+    state = _partition(sessions=1)
+    _append(state, "tail", 2)  # restored with events no snapshot covers: dirty
+    _append(state, "clean", 1)
+    state.dirty.discard("clean")
+    _append(state, "newest", 1)
+    state.dirty.discard("newest")
+    evict_restored(state)
+    # The budget holds one: the others go, but a checkpoint can only snapshot a resident one.
+    assert set(state.sessions) == {"tail"}
+    assert set(state.residency.evicted) == {"clean", "newest"}
+    _append(state, "next", 1)  # a command: the batch snapshots "tail", then evicts it
+    outbox = Outbox()
+    _snapshots().after_batch(state, outbox)
+    assert [key for key, _ in outbox.snapshots] == [b"tail"]
+    assert "tail" in state.residency.leaving and "tail" not in state.dirty
+
+
+def test_a_reload_whose_log_does_not_rebuild_marks_the_session_broken() -> None:
+    def reload(sid: str, stub: Evicted) -> SessionState:
+        raise RestoreError(f"{sid}: seq 3 follows seq 1", index=2)
+
+    state = _partition(sessions=1)
+    state.residency.reload = reload
+    state.residency.drop("gone", _stub())
+    with pytest.raises(RestoreError):
+        state.held("gone")
+    assert isinstance(state.broken["gone"], RestoreError)
