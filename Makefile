@@ -71,10 +71,11 @@ test-tools: $(TOXIPROXY)
 
 # Three workers: the reliability suite, the network faults and the test modules side by side
 # (tests/conftest.py hands them out). PYTEST_WORKERS=0 runs it all in this process, one test
-# after another.
+# after another. Then the soak's three minutes alone: its load would slow whatever ran beside it.
 PYTEST_WORKERS ?= 3
 test: setup test-tools check
-	$(BIN)/pytest -n $(PYTEST_WORKERS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not soak"
+	$(BIN)/pytest -m soak
 
 down: $(STAMP)
 	$(BIN)/dsh down

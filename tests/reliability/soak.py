@@ -11,7 +11,7 @@ of every session against the three projections.
 
 starts its own cluster (``--help`` for the load and the gaps), writes the figures to
 ``.state/soak/`` and the plots to ``docs/``; ``tests/reliability/test_soak.py`` runs three
-minutes of it in CI on the suite's shared cluster."""
+minutes of it at the end of ``make test`` (so in CI), alone on the reliability suite's cluster."""
 
 from __future__ import annotations
 

@@ -4,8 +4,6 @@ doubled, and every session verified against its projections."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from deploy.local.stack import LocalStack
@@ -13,12 +11,10 @@ from tests.reliability.harness import Namespace
 from tests.reliability.soak import SoakConfig, assert_clean, soak, summary
 
 
-# Minutes of load by design, then the whole history read back and verified. On CI's two cores
-# it takes the whole run past its 20-minute budget (its load slows every other unit that runs
-# beside it), so it runs with the slow tests (DSH_RELIABILITY_SLOW=1).
-@pytest.mark.skipif(
-    os.environ.get("DSH_RELIABILITY_SLOW") != "1", reason="slow: set DSH_RELIABILITY_SLOW=1"
-)
+# Minutes of load by design, then the whole history read back and verified. Its load would slow
+# every unit of the parallel run beside it, so `make test` runs it on its own once the rest is
+# done (`-m "not soak"`, then `-m soak`), with the machine to itself.
+@pytest.mark.soak
 @pytest.mark.timeout(600)
 def test_three_minutes_of_faults_at_random_lose_and_double_nothing(
     ns: Namespace, cluster: LocalStack
