@@ -93,6 +93,7 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
             "ratio": round(http / native, 2),
             "met": http <= native + MARGIN_MS,
         }
+    out["serve_cpu_ms_per_append"] = round(median(appended["serve_cpu_ms_per_append"]), 2)
     read = results["reads"]
     http_reads, views_reads = median(read["http_per_s"]), median(read["views_per_s"])
     out["reads_per_s"] = {
@@ -115,6 +116,7 @@ def lines(results: dict[str, Any]) -> list[str]:
             f"(+{a['http_minus_client_ms']:.1f} ms, {a['ratio']:.2f}x) "
             f"target +{MARGIN_MS:g} ms: {'met' if a['met'] else 'missed'}"
         )
+    out.append(f"  dsh serve's CPU per HTTP append: {s['serve_cpu_ms_per_append']} ms")
     r = s["reads_per_s"]
     out.append(
         f"surface reads/s ({SURFACE_MESSAGES} messages): HTTP {r['http']:,} (one worker, "
@@ -197,7 +199,7 @@ def main() -> int:
         with SessionClient(settings=kafka, timeout=60) as client:
             client.append(f"probe-{run_id()}", "user/message", message(0), surface_op="append")
             results["appends"] = appends(
-                client, url, sessions, args.rate, args.seconds, args.warmup, args.rounds
+                client, url, serve.pid, sessions, args.rate, args.seconds, args.warmup, args.rounds
             )
             if args.profile:
                 results["profile"] = profile(

@@ -35,6 +35,7 @@ def http_appends(url: str, sessions: list[str], rate: float, seconds: float) -> 
 def appends(
     client: SessionClient,
     url: str,
+    serve_pid: int,
     sessions: list[str],
     rate: float,
     seconds: float,
@@ -42,7 +43,7 @@ def appends(
     rounds: int,
 ) -> dict[str, Any]:
     """``rounds`` of ``seconds`` at ``rate`` appends/s each way, alternated, after a warm-up
-    of both; each round's p50 and p99 in ms."""
+    of both; each round's p50 and p99 in ms, and the server's CPU per HTTP append."""
     targets = [append_target(url, s, i) for i, s in enumerate(sessions)]
 
     def one_append(i: int) -> Future[Any]:
@@ -54,12 +55,15 @@ def appends(
     attack(targets, warmup, rate=rate)
     native: list[tuple[float, float]] = []
     http: list[Report] = []
+    cpu_ms: list[float] = []
     for _ in range(rounds):
         settle()
         lat = paced_latency(one_append, rate, seconds)
         native.append((percentile(lat, 0.5), percentile(lat, 0.99)))
         settle()
+        cpu = cpu_seconds(serve_pid)
         http.append(attack(targets, seconds, rate=rate))
+        cpu_ms.append((cpu_seconds(serve_pid) - cpu) * 1000 / http[-1].requests)
     return {
         "session_client": [{"p50_ms": p50, "p99_ms": p99} for p50, p99 in native],
         "http": [
@@ -72,6 +76,7 @@ def appends(
             }
             for r in http
         ],
+        "serve_cpu_ms_per_append": cpu_ms,
     }
 
 
