@@ -27,6 +27,15 @@ def append_target(url: str, session_id: str, i: int) -> Target:
     return Target("POST", f"{url}/v1/sessions/{session_id}/events", json.dumps(body).encode())
 
 
+def measured_attack(
+    serve_pid: int, targets: list[Target], seconds: float, *, rate: float = 0, workers: int = 10
+) -> tuple[Report, float]:
+    """vegeta's report of an attack on the server, and the server's CPU per request in ms."""
+    cpu = cpu_seconds(serve_pid)
+    report = attack(targets, seconds, rate=rate, workers=workers)
+    return report, (cpu_seconds(serve_pid) - cpu) * 1000 / report.requests
+
+
 def http_appends(url: str, sessions: list[str], rate: float, seconds: float) -> Report:
     """One append a request to ``sessions`` in turn, ``rate`` requests/s for ``seconds``."""
     return attack([append_target(url, s, i) for i, s in enumerate(sessions)], seconds, rate=rate)
@@ -61,9 +70,9 @@ def appends(
         lat = paced_latency(one_append, rate, seconds)
         native.append((percentile(lat, 0.5), percentile(lat, 0.99)))
         settle()
-        cpu = cpu_seconds(serve_pid)
-        http.append(attack(targets, seconds, rate=rate))
-        cpu_ms.append((cpu_seconds(serve_pid) - cpu) * 1000 / http[-1].requests)
+        report, cpu = measured_attack(serve_pid, targets, seconds, rate=rate)
+        http.append(report)
+        cpu_ms.append(cpu)
     return {
         "session_client": [{"p50_ms": p50, "p99_ms": p99} for p50, p99 in native],
         "http": [
@@ -100,11 +109,10 @@ def reads(
             views.surface(session_id)
             count += 1
         out["views_per_s"].append(count / (time.monotonic() - started))
-        cpu = cpu_seconds(serve_pid)
-        report = attack(target, seconds, workers=workers)
+        report, cpu = measured_attack(serve_pid, target, seconds, workers=workers)
         assert report.success == 1.0, report.status_codes
         out["http_per_s"].append(report.throughput)
-        out["serve_cpu_ms_per_read"].append((cpu_seconds(serve_pid) - cpu) * 1000 / report.requests)
+        out["serve_cpu_ms_per_read"].append(cpu)
     return out
 
 
