@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -44,15 +45,14 @@ from schemas import (
     record_headers,
 )
 from servicekit import kafka_clients
+from servicekit.kafka_clients import MAX_RECORD_BYTES
 from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
 from servicekit.partitioning import partition_for
 from servicekit.settings import ConfigError, KafkaSettings
 from servicekit.topics import partition_counts
 
-# The broker refuses records above ~1 MB by default (key and headers included, hence the
-# margin); the writer's own lower limits come back as typed rejections, this one is what
-# Kafka would refuse outright.
-MAX_RECORD_BYTES = 990_000
+# The writer's own lower limits come back as typed rejections; MAX_RECORD_BYTES is what Kafka
+# would refuse outright.
 # Longer than any append should wait before it is even sent.
 MAX_LINGER_MS = 1000.0
 # Topics created a moment ago may not be in every broker's metadata yet.
@@ -79,6 +79,7 @@ class SessionClient:
         linger_ms: float = 0.0,
         interpreters: Mapping[str, Interpreter] | None = None,
         views: ReadModels | None = None,
+        wait_for_room: bool = True,
     ) -> None:
         """``tenant``/``tenant_key``: the credential a writer with tenant prefixes checks.
 
@@ -95,7 +96,11 @@ class SessionClient:
         that long on each append. The default, 0, sends at once: an application appending
         one event at a time pays no wait (1 ms of linger made its round trip's p50 about 0.9 ms
         longer, docs/benchmarks.md), and under load librdkafka still batches what queues while
-        a request is in flight."""
+        a request is in flight.
+
+        ``wait_for_room``: when librdkafka's local queue of unsent commands is full (the
+        brokers are out of reach), an append waits for room until its timeout (True), or
+        fails at once (False: for a caller on an event loop, which must not wait)."""
         if not 0 <= linger_ms <= MAX_LINGER_MS:
             raise ConfigError(
                 f"linger_ms must be between 0 and {MAX_LINGER_MS}, got {linger_ms}",
@@ -115,6 +120,7 @@ class SessionClient:
         self.settings = settings
         self.client_id = client_id or f"client-{uuid.uuid4().hex}"
         self.timeout = timeout
+        self._wait_for_room = wait_for_room
         self.interpreters = dict(interpreters or {})
         self.views = views
         self._commands = settings.topic("commands")
@@ -354,6 +360,7 @@ class SessionClient:
         if self._tenant is not None:
             headers += tenant_headers(*self._tenant, value)
 
+        give_up_at = time.monotonic() + (timeout or self.timeout)
         while True:
             try:
                 self._producer.produce(
@@ -364,13 +371,16 @@ class SessionClient:
                 )
                 return future
             except BufferError:
-                self._producer.poll(0.01)  # the local queue is full: let deliveries drain
+                if not self._wait_for_room or time.monotonic() >= give_up_at:
+                    reason = "the client's queue of unsent commands is full"
+                    break
+                self._producer.poll(0.01)  # let deliveries drain
             except KafkaException as exc:
-                self._inflight.discard(rid)
-                future.set_exception(
-                    WriterUnavailableError(f"request {rid!r} not sent: {exc.args[0].str()}")
-                )
-                return future
+                reason = exc.args[0].str()
+                break
+        self._inflight.discard(session_id, rid)
+        future.set_exception(WriterUnavailableError(f"request {rid!r} not sent: {reason}"))
+        return future
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """The appends a ``SessionClient`` has sent and not yet had answered, and the one background
 thread that answers them.
 
-Each append waits here under its request id until the first of: the writer's reply (read from
-this client's partition of the replies topic), a failed delivery report, its deadline, a
-refused login or certificate, or the client's close.
+Each append waits here under its session and request id (the writer keeps request ids per
+session, so one id may be in flight to two sessions at once) until the first of: the writer's
+reply (read from this client's partition of the replies topic), a failed delivery report, its
+deadline, a refused login or certificate, or the client's close.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -45,6 +46,23 @@ class ReadPart(NamedTuple):
     invariants: bool
 
 
+# (session id, request id): what the writer answers a request under.
+RequestKey = tuple[str, str]
+
+
+def _resolve(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
+    """Answer ``future`` unless its waiter cancelled it (an async caller that went away, e.g.
+    through ``asyncio.wrap_future``): the answer has no one to go to, and raising here would
+    stop the thread that answers every other request."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
+
+
 @dataclass
 class _Pending:
     future: Future[Any]
@@ -65,7 +83,7 @@ class InFlight:
         self._client_id = client_id
         self._key = client_id.encode()
         self._closed = closed
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[RequestKey, _Pending] = {}
         self._lock = threading.Lock()
         # The last seq committed to each session by this client (set by the serving thread
         # before the append's future resolves): what a read-your-writes read waits for.
@@ -99,9 +117,12 @@ class InFlight:
     def close(self) -> None:
         """After :meth:`join`: stop reading replies and fail every append still waiting."""
         self._replies.close()
-        for rid, p in self._take_all():
-            p.future.set_exception(
-                WriterUnavailableError(f"request {rid!r}: the client closed before its reply")
+        for (_, rid), p in self._take_all():
+            _resolve(
+                p.future,
+                error=WriterUnavailableError(
+                    f"request {rid!r}: the client closed before its reply"
+                ),
             )
 
     # -- requests -------------------------------------------------------------------------
@@ -109,31 +130,34 @@ class InFlight:
     def add(
         self, rid: str, future: Future[Any], session_id: str, timeout: float, shape: Shape
     ) -> Future[Any] | None:
-        """Wait for ``rid``'s reply; the earlier future if the same request is already on its
-        way (then ``future`` is not used)."""
+        """Wait for ``rid``'s reply; the earlier future if the same request to the same session
+        is already on its way (then ``future`` is not used)."""
         now = time.monotonic()
+        key = (session_id, rid)
         with self._lock:
-            pending = self._pending.get(rid)
+            pending = self._pending.get(key)
             if pending is not None:
                 return pending.future
-            self._pending[rid] = _Pending(future, session_id, now, now + timeout, shape)
+            self._pending[key] = _Pending(future, session_id, now, now + timeout, shape)
         return None
 
-    def discard(self, rid: str) -> None:
+    def discard(self, session_id: str, rid: str) -> None:
         """``rid`` was not sent: its caller resolves it."""
         with self._lock:
-            self._pending.pop(rid, None)
+            self._pending.pop((session_id, rid), None)
 
     def undelivered(self, err: KafkaError | None, msg: Message) -> None:
         """Delivery reports come for failures only (``delivery.report.only.error``)."""
         if err is None:
             return
         request_id = header(msg.headers(), HEADER_REQUEST) or ""
+        session_id = (msg.key() or b"").decode(errors="replace")  # commands are keyed by it
         with self._lock:
-            pending = self._pending.pop(request_id, None)
+            pending = self._pending.pop((session_id, request_id), None)
         if pending is not None:
-            pending.future.set_exception(
-                WriterUnavailableError(f"request {request_id!r} not sent: {err.str()}")
+            _resolve(
+                pending.future,
+                error=WriterUnavailableError(f"request {request_id!r} not sent: {err.str()}"),
             )
 
     # -- the serving thread ---------------------------------------------------------------
@@ -152,8 +176,8 @@ class InFlight:
                 # certificate no longer verifies: no reply will come, so every append waiting
                 # and every later one fails with it now.
                 self.refused = exc
-                for _rid, p in self._take_all():
-                    p.future.set_exception(exc)
+                for _key, p in self._take_all():
+                    _resolve(p.future, error=exc)
             except Exception:
                 # This thread resolves every future: it must outlive any one bad reply.
                 log.exception("serving replies")
@@ -176,7 +200,7 @@ class InFlight:
             log.warning("undecodable reply at offset %s: %s", m.offset(), exc)
             return
         with self._lock:
-            pending = self._pending.pop(reply.request_id, None)
+            pending = self._pending.pop((reply.session_id, reply.request_id), None)
         if pending is None:
             return  # a duplicate answer to a retried request, already resolved
         elapsed = time.monotonic() - pending.sent_at
@@ -184,33 +208,34 @@ class InFlight:
         if error is not None:
             if pending.shape != "read":
                 metrics.round_trip("rejected").observe(elapsed)
-            pending.future.set_exception(error)
+            _resolve(pending.future, error=error)
             return
         if pending.shape == "records":
             records = reply.events or ()
             metrics.round_trip("committed").observe(elapsed)
             if records and records[-1].event["seq"] > self.committed.get(pending.session_id, -1):
                 self.committed[pending.session_id] = records[-1].event["seq"]
-            pending.future.set_result(list(records))
+            _resolve(pending.future, list(records))
             return
         events = [r.to_event() for r in reply.events or ()]
         if pending.shape == "read":
             headers = m.headers()
             following = header(headers, HEADER_READ_NEXT)
-            pending.future.set_result(
+            _resolve(
+                pending.future,
                 ReadPart(
                     events,
                     None if following is None else int(following),
                     not created_bare(headers),
-                )
+                ),
             )
             return
         metrics.round_trip("committed").observe(elapsed)
         if events and events[-1].seq > self.committed.get(pending.session_id, -1):
             self.committed[pending.session_id] = events[-1].seq
-        pending.future.set_result(events[0] if pending.shape == "one" else events)
+        _resolve(pending.future, events[0] if pending.shape == "one" else events)
 
-    def _take_all(self) -> list[tuple[str, _Pending]]:
+    def _take_all(self) -> list[tuple[RequestKey, _Pending]]:
         with self._lock:
             pending = list(self._pending.items())
             self._pending.clear()
@@ -218,14 +243,15 @@ class InFlight:
 
     def _expire(self, now: float) -> None:
         with self._lock:
-            expired = [rid for rid, p in self._pending.items() if p.deadline <= now]
-            gone = [(rid, self._pending.pop(rid)) for rid in expired]
-        for rid, pending in gone:
+            expired = [key for key, p in self._pending.items() if p.deadline <= now]
+            gone = [(key, self._pending.pop(key)) for key in expired]
+        for (_, rid), pending in gone:
             metrics.round_trip("timeout").observe(now - pending.sent_at)
-            pending.future.set_exception(
-                AppendTimeoutError(
+            _resolve(
+                pending.future,
+                error=AppendTimeoutError(
                     f"request {rid!r} to session {pending.session_id!r}: no reply in "
                     f"{now - pending.sent_at:.1f}s; retrying with the same request_id is safe",
                     request_id=rid,
-                )
+                ),
             )

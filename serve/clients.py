@@ -56,6 +56,7 @@ class Clients:
                     timeout=self.settings.append_timeout_s,
                     tenant=tenant,
                     tenant_key=None if key is None else SecretStr(key),
+                    wait_for_room=False,  # this runs on the event loop: 503 at once, not a stall
                 )
                 self._appenders[tenant] = client
             return client

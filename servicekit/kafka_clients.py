@@ -26,6 +26,9 @@ from servicekit.settings import KafkaSettings
 # 13-36 % of a core at 5 ms, under 1 % at 500 ms). Readers that detect the end of a partition
 # keep a short wait of their own: there the wait is the delay before "end of partition".
 TAIL_FETCH_WAIT = {"fetch.wait.max.ms": 500}
+# The broker refuses records above ~1 MB by default (key and headers included, hence the
+# margin): a client's command, and a writer's reply, must fit under it.
+MAX_RECORD_BYTES = 990_000
 
 
 def producer(kafka: KafkaSettings, **config: Any) -> Producer:
