@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from projectors.errors import SessionUnknownError
 from serve.access import CallerAccess, SessionAccess
 from serve.appends import ERRORS
+from serve.limits import MAX_SEQ
 from serve.models import (
     ProvenanceResponse,
     SessionList,
@@ -110,7 +111,7 @@ async def provenance(
 )
 async def transcript_entries(
     access: SessionAccess,
-    after: Annotated[int, Query(ge=-1, description="entries after this seq")] = -1,
+    after: Annotated[int, Query(ge=-1, le=MAX_SEQ, description="entries after this seq")] = -1,
     limit: Annotated[int, Query(ge=1, le=10_000, description="most entries returned")] = 1000,
 ) -> JSONResponse:
     page = await run_in_threadpool(

@@ -9,12 +9,16 @@ import re
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from schemas.rules import LONG_MAX
 from serve.problems import Problem, response
 
 # Letters, digits and `. _ : @ ~ -`: safe in a URL path segment, a Kafka key and a Redis key,
 # and free of `{` `}`, which would break the hash tag every key of a session carries.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@~-]*")
 REQUEST_ID = re.compile(r"[\x21-\x7e]{1,200}")  # printable ASCII, no spaces
+# A seq is an Avro long; ASCII digits only (``str.isdigit`` takes "²" and other digits).
+SEQ = re.compile(r"-?[0-9]{1,19}")
+MAX_SEQ = LONG_MAX
 
 
 def check_session_id(session_id: str, max_length: int) -> None:
@@ -34,6 +38,18 @@ def check_request_id(request_id: str) -> None:
             "INVALID_IDEMPOTENCY_KEY",
             "Idempotency-Key is 1 to 200 printable ASCII characters without spaces",
         )
+
+
+def parse_last_event_id(value: str) -> int:
+    """The seq a ``Last-Event-ID`` header resumes after: -1 (from the start) or more."""
+    value = value.strip()
+    if not SEQ.fullmatch(value) or int(value) > MAX_SEQ:
+        raise Problem(
+            422,
+            "INVALID_LAST_EVENT_ID",
+            f"Last-Event-ID is a seq: an integer of at most {MAX_SEQ}",
+        )
+    return max(int(value), -1)
 
 
 class _TooLarge(HTTPException):

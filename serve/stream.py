@@ -28,6 +28,7 @@ from projectors.views import blocked_message
 from serve.access import SessionAccess
 from serve.appends import ERRORS
 from serve.feeds import Feeds
+from serve.limits import MAX_SEQ, parse_last_event_id
 from serve.problems import Problem, problem_type
 
 router = APIRouter(prefix="/v1")
@@ -107,13 +108,11 @@ async def stream(
         str | None, Header(description="resume after this seq (what EventSource sends)")
     ] = None,
     after: Annotated[
-        int, Query(ge=-1, description="start after this seq (-1: from the start)")
+        int, Query(ge=-1, le=MAX_SEQ, description="start after this seq (-1: from the start)")
     ] = -1,
 ) -> StreamingResponse:
     if last_event_id is not None:
-        if not last_event_id.strip().lstrip("-").isdigit():
-            raise Problem(422, "INVALID_LAST_EVENT_ID", "Last-Event-ID is a seq (an integer)")
-        after = max(int(last_event_id), -1)
+        after = parse_last_event_id(last_event_id)
     slot = access.clients.streams
     if not slot.acquire(blocking=False):
         raise Problem(

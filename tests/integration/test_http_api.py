@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,26 @@ def test_a_retry_with_the_same_idempotency_key_returns_the_same_events(api: Api)
     assert first.status_code == again.status_code == 200
     assert first.json() == again.json() and first.json()["request_id"] == key["Idempotency-Key"]
     assert len(api.logged(s)) == 1
+
+
+def test_one_idempotency_key_sent_to_many_sessions_at_once_appends_to_each(api: Api) -> None:
+    """The writer keeps request ids per session: the same key to ten sessions at the same time
+    is ten requests, each answered with its own session's event."""
+    sessions = [sid() for _ in range(10)]
+    key = {"Idempotency-Key": f"shared-{uuid.uuid4().hex}"}
+    start = threading.Barrier(len(sessions))
+
+    def append(s: str) -> httpx.Response:
+        with api.client() as http:
+            start.wait()
+            return http.post(f"/v1/sessions/{s}/events", json={"events": [TURN]}, headers=key)
+
+    with ThreadPoolExecutor(len(sessions)) as pool:
+        answers = list(pool.map(append, sessions))
+    for s, answer in zip(sessions, answers, strict=True):
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["committed_seq"] == 0
+        assert len(api.logged(s)) == 1
 
 
 def test_an_expected_seq_conflict_is_409_and_appends_nothing(api: Api) -> None:
@@ -283,6 +304,14 @@ def test_refusals_are_typed_problems_and_append_nothing(api: Api) -> None:
         assert_problem(malformed, 400, "MALFORMED_JSON")
         assert_problem(http.post(url, json={"event": TURN}), 422, "REQUEST_INVALID")
         assert_problem(http.post(url, json={"events": [TURN] * 11}), 422, "TOO_MANY_EVENTS")
+        # The core's own code for sources that are not a list (not a 500 on the way to it).
+        scalar = ev("user/message", user("u9", "x"), surfaceOp="append", sourceEventSeqs=5)
+        assert_problem(http.post(url, json={"events": [TURN, scalar]}), 422, "SOURCES_INVALID")
+        stream = f"/v1/sessions/{s}/transcript/stream"
+        for resume in (b"--5", "\u00b2".encode("latin-1"), b"1" * 25, str(2**63).encode()):
+            bad_resume = http.get(stream, headers={b"Last-Event-ID": resume})
+            assert_problem(bad_resume, 422, "INVALID_LAST_EVENT_ID")
+        assert_problem(http.get(stream, params={"after": 2**64}), 422, "REQUEST_INVALID")
         bad_id = http.post("/v1/sessions/acme-{x}/events", json={"events": [TURN]})
         assert_problem(bad_id, 422, "INVALID_SESSION_ID")
         assert_problem(http.get(f"/v1/sessions/{s}/surface"), 404, "SESSION_UNKNOWN")
