@@ -106,7 +106,7 @@ class Writer:
         self.handler: CommandHandler | None = None  # once the partition counts are known
         self._consumer: Consumer | None = None
         self._membership: Membership | None = None
-        # A commit that failed in a rebalance callback, recovered once poll returns.
+        # A commit that failed in a rebalance callback, recovered once poll or consume returns.
         self._deferred: Failure | None = None
         self._last_batch_at = 0.0  # monotonic time the last batch was taken
         self.health = health or Health()
@@ -231,7 +231,7 @@ class Writer:
         # before they go, so their next owner finds its offsets settled and need not wait.
         failure = self.pipeline.settle_quietly()
         if failure is not None and self._deferred is None:
-            self._deferred = failure  # recovered right after poll returns
+            self._deferred = failure  # recovered right after poll or consume returns
         self.ownership.drop(partitions)
 
     def _committed(self, offsets: Mapping[int, int]) -> None:
@@ -248,16 +248,7 @@ class Writer:
         if self.pipeline.commit_done():
             self._settle_or_recover()
         first = self._consumer.poll(self.settings.poll_timeout_ms / 1000)
-        self._membership.raise_pending()
-        if self._deferred is not None:
-            (exc, failed), self._deferred = self._deferred, None
-            self.pipeline.committing, lane = failed, failed.lane  # _recover reads it again
-            del failed  # it holds its partitions' states, which the recovery drops
-            if self._recover(exc, lane):
-                # Every owned partition was rewound to its committed offset: this record,
-                # fetched before, comes again in order after the commands before it.
-                return
-        if first is None:
+        if self._rewound_by_rebalance() or first is None:
             return
         # poll returns as soon as one record is there; drain what is already fetched without
         # waiting, so a quiet stream gets low latency and a busy one big batches. With a
@@ -266,6 +257,8 @@ class Writer:
         wait = self._last_batch_at + self.settings.min_transaction_interval_ms / 1000 - now
         rest = self._consumer.consume(self.settings.batch_max_commands - 1, max(wait, 0))
         self._last_batch_at = time.monotonic() if wait > 0 else now
+        if self._rewound_by_rebalance():  # consume serves rebalance callbacks as poll does
+            return
         records = []
         taken_ms = time.time() * 1000
         for m in [first, *rest]:
@@ -279,6 +272,21 @@ class Writer:
                 log.warning("consumer error: %s", err)
         if records:
             self._process(records)
+
+    def _rewound_by_rebalance(self) -> bool:
+        """Settle what a rebalance callback served inside poll or consume left: an assign's
+        error is raised; the failure of the transaction that was committing when partitions
+        were revoked is recovered now, before a batch is built on the state it left. Returns
+        whether that recovery rewound every owned partition to its committed offset: then
+        the records fetched before come again, in order, and must not be handled now."""
+        assert self._membership is not None
+        self._membership.raise_pending()
+        if self._deferred is None:
+            return False
+        (exc, failed), self._deferred = self._deferred, None
+        self.pipeline.committing, lane = failed, failed.lane  # _recover reads it again
+        del failed  # it holds its partitions' states, which the recovery drops
+        return self._recover(exc, lane)
 
     def _process(self, records: list[Message]) -> None:
         """One transaction for the batch (on the lane whose turn it is, see :mod:`.pipeline`)."""
