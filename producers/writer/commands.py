@@ -41,6 +41,7 @@ from schemas import (
 )
 from schemas.frames import DraftFrame, decode_command_frames, event_prefix, event_value
 from servicekit.dlq import dead_letter_headers, source_of
+from servicekit.kafka_clients import MAX_RECORD_BYTES
 from servicekit.partitioning import partition_for
 from servicekit.topics import Topics
 
@@ -49,6 +50,19 @@ log = logging.getLogger("dsh.writer")
 # A read's reply holds events up to this many bytes (always one); the client asks again from
 # the seq the reply names. Well under the broker's 1 MB default record limit.
 READ_REPLY_BYTES = 512 * 1024
+# An append's reply carries every event it committed: the events of one command fit in one
+# record with room to spare for the reply's ids and headers.
+APPEND_REPLY_BYTES = MAX_RECORD_BYTES - 16 * 1024
+# Request ids are kept in memory and in snapshots, and quoted in replies: bounded, so that no
+# reply (a rejection quotes its id) outgrows a record.
+MAX_REQUEST_ID_CHARS = 512
+
+
+def _quoted(request_id: str) -> str:
+    """The request id for a message: whole, unless it is over the limit."""
+    if len(request_id) <= MAX_REQUEST_ID_CHARS:
+        return repr(request_id)
+    return f"{request_id[:40]!r}…"
 
 
 def _inherited(events: Sequence[Any]) -> int:
@@ -144,7 +158,8 @@ class CommandHandler:
         try:
             invariants = invariants_of(record.headers())
         except ValueError as exc:
-            outcome = Outcome(error=MalformedCommandError(f"request {command.request_id!r}: {exc}"))
+            error = MalformedCommandError(f"request {_quoted(command.request_id)}: {exc}")
+            outcome = Outcome(error=error)
         else:
             outcome = self._decide(record, command, state, len(value), invariants)
         self.failpoints.command(command.request_id)
@@ -155,20 +170,10 @@ class CommandHandler:
             if frames is not None and session_state.prefix is None:
                 session_state.prefix = event_prefix(sid)
             values = self._event_values(command, frames, outcome, session_state.prefix)
-            too_big = [
-                (ev, len(v))
-                for ev, v in zip(outcome.events, values, strict=True)
-                if len(v) > self.limits.max_event_bytes
-            ]
-            if too_big:
+            too_large = self._too_large(command, outcome, values)
+            if too_large is not None:
                 state.undo(command, outcome)
-                ev, size = too_big[0]
                 values = []
-                too_large = PayloadTooLargeError(
-                    f"request {command.request_id!r}: event {ev.type} would be {size} "
-                    f"bytes, the limit is {self.limits.max_event_bytes}",
-                    code="EVENT_TOO_LARGE",
-                )
                 outcome = Outcome(error=too_large)
                 state.rejections.add(sid, command.request_id, too_large)
             else:
@@ -192,9 +197,39 @@ class CommandHandler:
             values = state.sessions[sid].event_values(first, first + len(outcome.events))
         self._reply(state.partition, command, outcome, values, outbox)
 
+    def _too_large(
+        self, command: AppendCommand, outcome: Outcome, values: list[bytes]
+    ) -> PayloadTooLargeError | None:
+        """Why the events a command made cannot be published: one over the event limit, or
+        all of them together over what its reply can carry (many small events whose copies
+        of the session id and envelope outgrow the command; unanswerable, the command would
+        fail its transaction again on every retry)."""
+        limit = self.limits.max_event_bytes
+        for ev, v in zip(outcome.events, values, strict=True):
+            if len(v) > limit:
+                return PayloadTooLargeError(
+                    f"request {command.request_id!r}: event {ev.type} would be {len(v)} "
+                    f"bytes, the limit is {limit}",
+                    code="EVENT_TOO_LARGE",
+                )
+        total = sum(map(len, values))
+        if total > APPEND_REPLY_BYTES:
+            return PayloadTooLargeError(
+                f"request {command.request_id!r}: its {len(values)} events would be {total} "
+                f"bytes together, more than the {APPEND_REPLY_BYTES} one reply carries; "
+                "append them in smaller commands",
+                code="COMMAND_TOO_LARGE",
+            )
+        return None
+
     def _refusal(self, record: CommandRecord, command: AppendCommand) -> SessionError | None:
-        """Why a command may not touch its session, whatever it asks: its key, its partition,
-        its tenant."""
+        """Why a command may not touch its session, whatever it asks: its request id's length
+        (checked first: the other refusals quote it), its key, its partition, its tenant."""
+        if len(command.request_id) > MAX_REQUEST_ID_CHARS:
+            return MalformedCommandError(
+                f"request {_quoted(command.request_id)}: a request id is at most "
+                f"{MAX_REQUEST_ID_CHARS} characters, this one is {len(command.request_id)}"
+            )
         if record.key() != command.session_id.encode():
             return MalformedCommandError(
                 f"request {command.request_id!r}: record key {record.key()!r} is not the "
@@ -243,10 +278,12 @@ class CommandHandler:
         prefix: bytes | None = None,
     ) -> list[bytes]:
         """The events' topic values: assembled from the command's own bytes when it came in
-        the current schema (see ``schemas.frames``), else encoded from the values.
+        the current schema (see ``schemas.frames``), else encoded from the values. Also
+        encoded when a draft says ``ignorable: false``: its bytes say so too, and an event
+        must carry ``ignorable`` only as true (:func:`~producers.writer.wire.event_wire`).
         ``prefix``: the session's ``event_prefix``, if the caller keeps it."""
         sid = command.session_id
-        if frames is not None:
+        if frames is not None and not any(d.get("ignorable") is False for d in command.events):
             prefix = prefix or event_prefix(sid)
             return [
                 event_value(prefix, f, ev.seq, ev.time)

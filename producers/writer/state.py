@@ -244,6 +244,26 @@ class PartitionState:
     ) -> Outcome:
         """Apply ``command``; ``invariants``: the mode it asks its session to have (None:
         whatever the session has)."""
+        outcome = self._apply(command, size, limits, invariants)
+        if outcome.error is not None:
+            self._forget_if_empty(command.session_id)
+        return outcome
+
+    def _forget_if_empty(self, session_id: str) -> None:
+        """Drop a session that has no event: only rejected commands made it, and it would hold
+        memory no byte budget counts (every id a client gets refused for would stay). Nothing
+        is lost: a retry's rejection is remembered by (session, request) in ``rejections``,
+        and the next command starts the session afresh, as a restore would. A session with
+        events, even ones whose transaction has not committed yet, is kept."""
+        state = self.sessions.get(session_id)
+        if state is not None and not len(state.session):
+            del self.sessions[session_id]
+            self.residency.forget(session_id)
+            self.dirty.discard(session_id)
+
+    def _apply(
+        self, command: AppendCommand, size: int, limits: Limits, invariants: bool | None
+    ) -> Outcome:
         broken = self.broken.get(command.session_id)
         if broken is not None:
             return Outcome(error=broken)
@@ -323,6 +343,7 @@ class PartitionState:
         del state.requests[command.request_id]
         state.clients.pop(command.request_id, None)
         state.events_since_snapshot = max(0, state.events_since_snapshot - len(outcome.events))
+        self._forget_if_empty(command.session_id)  # its first command: nothing left of it
 
 
 def _mode(invariants: bool) -> str:

@@ -107,5 +107,10 @@ def snapshot_value(
 def event_wire(draft: dict[str, Any], event: dsh.Event) -> dict[str, Any]:
     """The committed event's wire JSON from its draft: the core stores the draft's data as is
     and only adds seq and time, so this equals ``event.to_json()`` without thawing the frozen
-    copy again."""
-    return {**draft, "seq": event.seq, "time": event.time}
+    copy again. A draft may say ``ignorable: false`` (the command schema allows it, and the
+    core takes it as absent), but an event is ignorable only as true or absent: logged as
+    false, it would not restore (``Event.from_json``: INVALID_IGNORABLE)."""
+    wire = {**draft, "seq": event.seq, "time": event.time}
+    if wire.get("ignorable") is False:
+        del wire["ignorable"]
+    return wire

@@ -12,10 +12,15 @@ import pytest
 
 import dsh
 from producers.tenancy import Tenancy, tenant_headers
-from producers.writer.commands import READ_REPLY_BYTES, CommandHandler, Placement
+from producers.writer.commands import (
+    MAX_REQUEST_ID_CHARS,
+    READ_REPLY_BYTES,
+    CommandHandler,
+    Placement,
+)
 from producers.writer.journal import REPLY, SNAPSHOT, Kind
 from producers.writer.snapshots import Snapshots
-from producers.writer.state import Limits, PartitionState
+from producers.writer.state import Limits, PartitionState, rebuild
 from schemas import (
     HEADER_INHERITED,
     HEADER_INVARIANTS,
@@ -34,6 +39,7 @@ from schemas import (
     header,
 )
 from schemas.store import HISTORY_DIR, SCHEMA_FILES
+from servicekit.kafka_clients import MAX_RECORD_BYTES
 from servicekit.partitioning import partition_for
 from servicekit.settings import KafkaSettings
 from servicekit.topics import Topics
@@ -155,6 +161,12 @@ REJECTIONS = [
     ),
     ("no events", Record(command(drafts=[]), SID.encode()), "MalformedCommandError", None),
     (
+        "a request id over the limit",
+        Record(command(rid="r" * (MAX_REQUEST_ID_CHARS + 1)), SID.encode()),
+        "MalformedCommandError",
+        None,
+    ),
+    (
         "expected seq is not next",
         Record(command(expected_seq=3), SID.encode()),
         "ConflictError",
@@ -259,6 +271,31 @@ def test_an_event_too_large_once_encoded_is_refused_and_leaves_the_session_as_it
     assert out.on(TOPICS.events) == []
     assert out.reply().exception().code == "EVENT_TOO_LARGE"
     assert len(state.sessions[SID].session) == 1 and "r2" not in state.sessions[SID].requests
+
+
+def test_events_too_many_for_one_reply_are_refused_and_every_reply_fits_a_record() -> None:
+    """Small events each carry the session id and an envelope: thousands of them in a command
+    well under its limit would make a reply over Kafka's record limit, which would fail the
+    transaction on every retry."""
+    long_sid = next(
+        sid for i in range(1000) if partition_for(sid := f"{'s' * 200}-{i}", PARTITIONS) == HOME
+    )
+    state, h = PartitionState(HOME), handler()
+    many = [draft("vendor/tick", {}, ignorable=True) for _ in range(5000)]
+    value = command("r-many", drafts=many, session_id=long_sid)
+    assert len(value) < 1 << 19  # the command is within its own limit
+    out = handle(h, state, Record(value, long_sid.encode()))
+    assert out.on(TOPICS.events) == []
+    refused = out.reply().exception()
+    assert refused.code == "COMMAND_TOO_LARGE" and "smaller commands" in refused.message
+    assert long_sid not in state.sessions
+    fewer = handle(
+        h,
+        state,
+        Record(command("r-fewer", drafts=many[:500], session_id=long_sid), long_sid.encode()),
+    )
+    assert len(fewer.on(TOPICS.events)) == 500
+    assert all(len(r.value or b"") < MAX_RECORD_BYTES for r in out.records + fewer.records)
 
 
 @pytest.mark.parametrize(
@@ -471,3 +508,86 @@ def test_a_command_of_an_earlier_schema_is_published_in_the_current_one() -> Non
     current = default_store().current(SESSION_EVENT).fingerprint
     assert (event.value or b"")[2:10] == current != value[2:10]
     assert decode_event(event.value or b"").event["data"] == drafts[0]["data"]
+
+
+# Optional fields a client may write out as false or null: the core takes each as absent, so
+# the logged event must say absent too, or the session's log does not restore.
+_EXPLICIT_FALSY: list[dict[str, Any]] = [
+    {"type": "turn/start", "data": {"turn": 1}, "ignorable": False},
+    {"type": "step/start", "data": {"turn": 1, "step": 1}, "surfaceOp": None},
+    {"type": "user/message", "data": user("u1"), "surfaceOp": "append", "sourceEventSeqs": None},
+]
+
+
+@pytest.mark.parametrize("schema", ["current", "v1"], ids=["spliced bytes", "re-encoded"])
+def test_explicit_falsy_optional_fields_are_logged_as_absent_and_the_log_restores(
+    schema: str,
+) -> None:
+    codec = (
+        None
+        if schema == "current"
+        else Codec(SchemaStore.from_files(HISTORY_DIR / "v1" / f for f in SCHEMA_FILES))
+    )
+    command = AppendCommand("r1", "client-1", SID, tuple(_EXPLICIT_FALSY), None)
+    state = PartitionState(HOME)
+    out = handle(handler(), state, Record(encode_command(command, codec=codec), SID.encode()))
+    assert out.reply().exception() is None
+    logged = [decode_event(e.value or b"").event for e in out.on(TOPICS.events)]
+    assert all("ignorable" not in e for e in logged)
+    assert [e.event for e in out.reply().events] == logged
+    # What a restore, a takeover or an eviction's reload does with the log.
+    restored = rebuild(SID, logged, {})
+    assert restored.events() == state.sessions[SID].session.events()
+
+
+def _new_sessions(n: int) -> list[str]:
+    """``n`` session ids that live on partition HOME."""
+    home = (
+        sid
+        for sid in (f"new-{i}" for i in range(100_000))
+        if partition_for(sid, PARTITIONS) == HOME
+    )
+    return [next(home) for _ in range(n)]
+
+
+def test_rejected_first_commands_leave_no_session_behind_and_a_retry_gets_its_rejection() -> None:
+    state, h = PartitionState(HOME), handler()
+    sids = _new_sessions(50)
+    first = {
+        # The turn invariants refuse an assistant message outside a turn.
+        sid: handle(
+            h, state, Record(command("r1", [_OUTSIDE_A_TURN], session_id=sid), sid.encode())
+        )
+        .reply()
+        .exception()
+        for sid in sids
+    }
+    assert all(e is not None and e.code == "NO_OPEN_TURN" for e in first.values())
+    assert state.sessions == {} and len(state.residency) == 0 and not state.dirty
+    h.snapshots.after_batch(state, ListOutbox())  # the rejections' transaction...
+    state.rejections.committed()  # ...commits
+    # Remembered, not validated again: the retry gets it even with events that would commit.
+    retry = Record(command("r1", session_id=sids[7]), sids[7].encode())
+    again = handle(h, state, retry).reply().exception()
+    assert again is not None and again.to_wire() == first[sids[7]].to_wire()
+    assert state.sessions == {}
+    # The id is not spoiled: a good command creates the session.
+    created = handle(h, state, Record(command("r2", session_id=sids[7]), sids[7].encode()))
+    assert created.reply().exception() is None and len(state.sessions[sids[7]].session) == 1
+
+
+def test_a_first_command_refused_once_encoded_leaves_no_session_behind() -> None:
+    state, h = PartitionState(HOME), handler(max_event_bytes=600)
+    big = [draft("user/message", user("u1", "x" * 1000), surface_op="append")]
+    out = handle(h, state, Record(command("r1", drafts=big), SID.encode()))
+    assert out.reply().exception().code == "EVENT_TOO_LARGE"
+    assert state.sessions == {} and len(state.residency) == 0 and not state.dirty
+    assert state.residency.resident_bytes == 0
+
+
+def test_a_rejection_keeps_a_session_whose_events_are_not_committed_yet() -> None:
+    state, h = PartitionState(HOME), handler()
+    handle(h, state, Record(command("r1"), SID.encode()))  # in the open transaction
+    out = handle(h, state, Record(command("r2", expected_seq=5), SID.encode()))
+    assert out.reply().exception().code == "EXPECTED_SEQ_MISMATCH"
+    assert len(state.sessions[SID].session) == 1 and SID in state.dirty
