@@ -4,11 +4,11 @@ Redis' replies settled into applied, duplicate, gap or blocked.
 Records are planned against the cached per-session states (:mod:`.sessions`). The session's
 next seq is planned into one apply-script call; a seq at or below the state's is a duplicate;
 one beyond the next is a gap, and the session is rebuilt from the topic; a blocked session's
-events are counted, not applied. A record the rules refuse, or that could not be decoded,
-blocks its session and becomes a dead letter (:mod:`.poison` sends it). Whatever the cache
-believes, Redis decides: :meth:`Planner.settle` reads each script's answer, and what Redis
-refused drops the session from the cache. ``tests/unit/test_projector_batches.py`` tables
-both.
+events are counted, not applied (until a replay unblocks it: :mod:`.sessions` asks Redis). A
+record the rules refuse, or that could not be decoded, blocks its session and becomes a dead
+letter (:mod:`.poison` sends it). Whatever the cache believes, Redis decides:
+:meth:`Planner.settle` reads each script's answer, and what Redis refused drops the session
+from the cache. ``tests/unit/test_projector_batches.py`` tables both.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ link batches travel on.
 A state is cached between batches (least recently used out first) and read back from Redis on
 a miss. Whatever the cache believes, Redis decides (the apply script's seq check), so dropping
 an entry is always safe: it costs a read.
+
+A blocked session is the exception: its events are never sent, so Redis never gets to say that
+another process (``dsh replay``) unblocked it. Before each batch that holds its events the
+blocked set is asked again, and an entry no longer in it is read back like a miss.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class SessionStore(Generic[S]):
     def load(self, sessions: Mapping[str, int], inflight: InFlight | None = None) -> None:
         """Make sure every session (→ its partition) is cached; the ones held move to the end."""
         cache = self.cache
+        self._drop_unblocked([sid for sid in sessions if (e := cache.get(sid)) and e.blocked])
         missing = [sid for sid in sessions if sid not in cache]
         for sid in sessions.keys() - set(missing):
             cache.move_to_end(sid)
@@ -69,6 +74,23 @@ class SessionStore(Generic[S]):
             state = projection.load(replies[at : at + len(session_reads)])
             at += len(session_reads)
             cache[sid] = Entry(state, bool(is_blocked), partition=sessions[sid])
+
+    def _drop_unblocked(self, blocked: list[str]) -> None:
+        """Drop the entries of ``blocked`` that left the blocked set: they are read again.
+
+        Asked before every batch that holds their events, not every few seconds: a session
+        still in the set at this read is unblocked (a replay's SREM) only after it, so the
+        replay's catch-up applies the events this batch skips. One round trip, and only for
+        a batch holding a blocked session. A read that comes early (between a rewrite's SREM
+        and its SADD, or before this process's own block in flight lands) costs a reload and
+        nothing else: the apply script reads the meta hash and answers BLOCKED, or a gap
+        rebuilds the session, which blocks it again."""
+        if not blocked:
+            return
+        (members,) = pipelined(self.client, [("SMISMEMBER", self.blocked_key, *blocked)])
+        for sid, member in zip(blocked, members, strict=True):
+            if not member:
+                del self.cache[sid]
 
     def evict(self) -> None:
         """Down to the size kept. Called only once a batch is settled: every session of the

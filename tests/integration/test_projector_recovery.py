@@ -202,6 +202,54 @@ def test_a_missing_interpreter_blocks_the_surface_of_that_session_only(
     assert report.ok, "\n".join(report.differences)
 
 
+def test_a_running_projector_applies_a_session_a_replay_unblocked(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    """The operations doc's order: the projector is restarted with the missing interpreter
+    while the session is still blocked (it reads, and caches, the session as blocked), then
+    `dsh replay` unblocks it. The running projector applies the session's later events rather
+    than counting them as blocked for ever."""
+    needs = scripted_session("unblocked-live").session
+    publish(topics, events_of(needs))
+    with projectors_running(topics, servers.redis_url, projections=""):
+        wait_for(
+            lambda: bool(redis_client.sismember("dsh:blocked:surface", needs.id)),
+            what="the session blocked on its surface",
+        )
+
+    turn = 1 + max(e.data["turn"] for e in needs.events() if e.type == "turn/start")
+    with projectors_running(topics, servers.redis_url) as runtimes:
+        surface = runtimes["surface"]
+        start = needs.append("turn/start", {"turn": turn})
+        publish(topics, [(needs.id, start.to_json())])
+        wait_for(
+            lambda: surface.stats["blocked"] >= 1,
+            what="the restarted projector to count the session's next event as blocked",
+        )
+
+        settings = ProjectorSettings(projections=f"image/offload={OFFLOAD}")
+        replaying = build_runtime(
+            "surface", topics, RedisSettings(url=SecretStr(servers.redis_url)), settings
+        )
+        replay(topics, [replaying], [needs.id])
+        assert not redis_client.sismember("dsh:blocked:surface", needs.id)
+
+        after = [
+            needs.append("user/message", user("after", "after the replay"), "append"),
+            needs.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}}),
+        ]
+        publish(topics, [(needs.id, ev.to_json()) for ev in after])
+        wait_for(
+            lambda: _caught_up(redis_client, {needs.id: after[-1].seq}),
+            what="the events after the replay applied by the running projectors",
+            explain=lambda: f"stats {dict(surface.stats)}",
+        )
+    reader = Reader(redis_client, Keys())
+    assert reader.blocked("surface", needs.id) is None
+    report = verify(needs.id, read_session(topics, needs.id), reader, INTERPRETERS)
+    assert report.ok, "\n".join(report.differences)
+
+
 def test_sigkill_mid_batch_then_restart_applies_every_event_exactly_once(
     topics: KafkaSettings, redis_client: redis.Redis, servers, tmp_path: Path
 ) -> None:
