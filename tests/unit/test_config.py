@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 from confluent_kafka import KafkaError
+from pydantic import SecretStr
 
 from deploy.local.settings import LocalStackSettings
 from producers import SessionClient
 from servicekit.kafka_errors import FailFast, KafkaAuthenticationError
+from servicekit.redis_clients import redis_client
 from servicekit.settings import ConfigError, KafkaSettings, RedisSettings
 
 
@@ -95,6 +98,19 @@ def test_redis_cluster_is_chosen_by_a_setting(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("DSH_REDIS_CLUSTER", "maybe")
     with pytest.raises(ValueError):
         RedisSettings()
+
+
+@pytest.mark.parametrize("sentinels", [None, "127.0.0.1:26379,127.0.0.1:26380"])
+def test_a_redis_pool_takes_the_size_it_is_given_behind_sentinels_too(
+    sentinels: str | None,
+) -> None:
+    """`dsh serve` sizes its pool for its threads and its streams; redis-py's default of 100
+    would refuse the rest with MaxConnectionsError. No connection is made here."""
+    settings = RedisSettings(url=SecretStr("redis://127.0.0.1:1/2"), sentinels=sentinels)
+    client = redis_client(settings, max_connections=140)
+    assert isinstance(client, redis.Redis)
+    pool = client.connection_pool
+    assert pool.max_connections == 140 and pool.connection_kwargs["db"] == 2
 
 
 def test_topics_carry_the_configured_prefix() -> None:
