@@ -21,7 +21,7 @@ MULTI), backing off from 1 ms to 50 ms, and reads the view again when they say i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -125,6 +125,26 @@ class Views:
         """Provenance: what each event cites, shadowed and was cited by."""
         return self._read("audit", session_id, at_least, timeout_s, self.reader.audit)
 
+    def waits(
+        self,
+        projection: str,
+        session_id: str,
+        *,
+        at_least: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Generator[float, None, Any]:
+        """The read of ``projection`` ("surface", "transcript" or "audit") as steps, for a
+        caller that must not block while it waits (an event loop): each ``next`` does one
+        poll of Redis and yields how long to pause before the next; the view is the
+        generator's return value (``StopIteration.value``), and every error is raised as the
+        blocking read raises it."""
+        read = {
+            "surface": self.reader.surface,
+            "transcript": self.reader.transcript_view,
+            "audit": self.reader.audit,
+        }[projection]
+        return self._steps(projection, session_id, at_least, timeout_s, read)
+
     def _read(
         self,
         projection: str,
@@ -133,6 +153,23 @@ class Views:
         timeout_s: float | None,
         read: Callable[[str], V],
     ) -> V:
+        steps = self._steps(projection, session_id, at_least, timeout_s, read)
+        while True:
+            try:
+                pause = next(steps)
+            except StopIteration as done:
+                view: V = done.value
+                return view
+            time.sleep(pause)
+
+    def _steps(
+        self,
+        projection: str,
+        session_id: str,
+        at_least: int | None,
+        timeout_s: float | None,
+        read: Callable[[str], V],
+    ) -> Generator[float, None, V]:
         wanted = 0 if at_least is None else at_least
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         pause = _FIRST_POLL_S
@@ -166,7 +203,7 @@ class Views:
                     f"{state.applied}, not yet {wanted}: is `dsh project {projection}` running "
                     "and keeping up (`dsh status`, dsh_projector_lag)?"
                 )
-            time.sleep(min(pause, left))
+            yield min(pause, left)
             pause = min(pause * 2, _LAST_POLL_S)
             state, current = self._meta(projection, session_id), False
 

@@ -1,11 +1,14 @@
 """``GET /v1/sessions/{session_id}/surface|transcript|audit``: the read models through
 ``projectors.views.Views``, with read-your-writes: ``at_least`` (a seq an append returned)
 waits up to ``timeout_ms`` (capped by ``DSH_SERVE_MAX_WAIT_MS``) until the projection has
-applied it, else ``503 PROJECTION_BEHIND``. Views block (they poll Redis), so each read runs
-on the thread pool, not on the event loop."""
+applied it, else ``503 PROJECTION_BEHIND``. Each poll of Redis runs on the thread pool and
+each pause between polls on the event loop, so a read that waits holds no thread: a caller
+waiting on many reads at once cannot take the pool from everyone else's."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Generator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -38,10 +41,23 @@ async def _read(
     wait_ms = min(
         settings.default_wait_ms if timeout_ms is None else timeout_ms, settings.max_wait_ms
     )
-    read = getattr(access.clients.views, projection)
-    return await run_in_threadpool(
-        lambda: read(access.session_id, at_least=at_least, timeout_s=wait_ms / 1000)
+    steps = access.clients.views.waits(
+        projection, access.session_id, at_least=at_least, timeout_s=wait_ms / 1000
     )
+    while True:
+        pause, view = await run_in_threadpool(_poll, steps)
+        if pause is None:
+            return view
+        await asyncio.sleep(pause)
+
+
+def _poll(steps: Generator[float, None, Any]) -> tuple[float | None, Any]:
+    """One step of a read: (the pause before the next, None), or (None, the view). Not
+    StopIteration across ``await``: a coroutine turns that into a RuntimeError."""
+    try:
+        return next(steps), None
+    except StopIteration as done:
+        return None, done.value
 
 
 @router.get(

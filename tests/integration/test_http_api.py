@@ -155,6 +155,30 @@ def test_one_idempotency_key_sent_to_many_sessions_at_once_appends_to_each(api: 
         assert len(api.logged(s)) == 1
 
 
+def test_reads_waiting_for_a_seq_hold_no_thread_from_other_reads(api: Api) -> None:
+    """More read-your-writes waits than the server has worker threads (40): a plain read
+    made while they all wait is answered before any of them ends."""
+    s = sid()
+    with api.client() as http:
+        http.post(f"/v1/sessions/{s}/events", json={"events": [TURN, HELLO]}).raise_for_status()
+        http.get(f"/v1/sessions/{s}/surface", params={"at_least": 1}).raise_for_status()
+
+    def waiting(_: int) -> httpx.Response:
+        with api.client() as http:
+            ahead = {"at_least": 10**9, "timeout_ms": 8000}
+            return http.get(f"/v1/sessions/{s}/transcript", params=ahead)
+
+    with ThreadPoolExecutor(45) as pool:
+        waits = [pool.submit(waiting, i) for i in range(45)]
+        time.sleep(1)  # every wait is in the server
+        with api.client() as http:
+            plain = http.get(f"/v1/sessions/{s}/surface")
+        assert plain.status_code == 200, plain.text
+        assert not any(w.done() for w in waits)
+        for w in waits:
+            assert_problem(w.result(), 503, "PROJECTION_BEHIND")
+
+
 def test_an_expected_seq_conflict_is_409_and_appends_nothing(api: Api) -> None:
     s = sid()
     with api.client() as http:
