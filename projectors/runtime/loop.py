@@ -84,6 +84,8 @@ class Loop(Generic[S]):
         self.stats = stats
         self.health = health  # told of each round, and of each retry while Redis is away
         self.inflight: Batch | None = None  # submitted to Redis, not settled yet
+        # The records of a batch that failed at a rebalance: they go again first.
+        self._redo: list[Message] = []
         self._consumer: Consumer | None = None  # while run() runs
         self._published: Counter[str] = Counter()  # stats already counted in Prometheus
         # The offset last committed per partition, once this process committed one there.
@@ -202,15 +204,19 @@ class Loop(Generic[S]):
 
     def settle_before_rebalance(self) -> None:
         """Finish and commit the batch in flight while its partitions are still ours. If that
-        fails it is dropped uncommitted: whoever gets the partitions resumes from the last
-        commit and applies it again, harmlessly."""
+        fails it is not committed: whoever gets the partitions that go resumes from the last
+        commit and applies their records again, harmlessly; the records of the partitions
+        that stay go again here first (:meth:`_step`), since the consumer has moved past
+        them and the next commit would pass them by."""
         assert self._consumer is not None
         try:
             self._finish_inflight(self._consumer, wait=True)
         except Exception as exc:  # raising here would surface from inside poll()
             log.warning("projector %s: batch in flight at a rebalance: %s", self.name, exc)
+            if self.inflight is not None:
+                self._redo += self.inflight.messages
             self.inflight = None
-            self.store.link.reset()
+            self.store.reset()  # the link may hold unread replies, the cache be ahead of Redis
 
     def _next_batch(self, consumer: Consumer, membership: Membership, wait: bool) -> list[Message]:
         """Wait for one record, then take whatever else is already fetched: a quiet topic
@@ -236,6 +242,8 @@ class Loop(Generic[S]):
     def _step(self, consumer: Consumer, messages: list[Message], stop: threading.Event) -> None:
         """Submit ``messages`` as the next batch (if any), then settle and commit the batch
         that was in flight: Redis applies one batch while Python plans the next."""
+        if self._redo:
+            messages = [*self._take_redo(consumer), *messages]
         try:
             batch = self.submit(messages) if messages else None
             self._finish_inflight(consumer)
@@ -251,6 +259,13 @@ class Loop(Generic[S]):
             log.warning("projector %s: %s; retrying %d records", self.name, exc, len(redo))
             self._process_until_done(redo, stop)
             self.commit(consumer, redo)
+
+    def _take_redo(self, consumer: Consumer) -> list[Message]:
+        """The records of a batch that failed at a rebalance, of the partitions still ours
+        (fetched before anything in hand now, so they go first)."""
+        owned = {tp.partition for tp in consumer.assignment()}
+        redo, self._redo = self._redo, []
+        return [m for m in redo if m.partition() in owned]
 
     def _finish_inflight(self, consumer: Consumer, wait: bool = False) -> None:
         batch = self.inflight

@@ -1,0 +1,88 @@
+"""A batch in flight that fails to settle at a rebalance is not committed. Its records on the
+partitions that go are the next owner's (it resumes from the last commit); the ones on the
+partitions that stay go again here, first, since the consumer has moved past them and the
+next commit would pass them by. Drives ``Loop`` with stand-ins for the consumer, the store
+and Redis (no broker, no Redis)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import Message, TopicPartition
+
+from projectors.runtime.loop import Loop
+
+TOPIC = "events"
+
+
+def _record(partition: int, offset: int) -> Message:
+    return Message(topic=TOPIC, partition=partition, offset=offset)
+
+
+@dataclass
+class _Consumer:
+    owned: list[int]
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(TOPIC, p) for p in self.owned]
+
+
+@dataclass
+class _Store:
+    resets: int = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+@dataclass
+class _Batch:
+    messages: list[Message]
+
+
+@dataclass
+class _Calls:
+    submitted: list[list[Message]] = field(default_factory=list)
+
+
+def _loop(monkeypatch: pytest.MonkeyPatch, consumer: _Consumer) -> tuple[Any, _Calls]:
+    loop: Any = object.__new__(Loop)
+    calls = _Calls()
+    loop.name, loop.store, loop._redo, loop._consumer = "surface", _Store(), [], consumer
+    loop.inflight = None
+
+    def submit(messages: list[Message]) -> _Batch:
+        calls.submitted.append(list(messages))
+        return _Batch(list(messages))
+
+    monkeypatch.setattr(loop, "submit", submit)
+    monkeypatch.setattr(loop, "_finish_inflight", lambda consumer, wait=False: None)
+    return loop, calls
+
+
+def test_the_records_of_a_batch_that_failed_at_a_rebalance_go_again_for_the_kept_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    consumer = _Consumer(owned=[0, 1])
+    loop, calls = _loop(monkeypatch, consumer)
+    failed = [_record(0, 10), _record(1, 20), _record(0, 11)]
+    loop.inflight = _Batch(failed)
+
+    def redis_gone(consumer: Any, wait: bool = False) -> None:
+        raise ConnectionError("Redis went away")
+
+    monkeypatch.setattr(loop, "_finish_inflight", redis_gone)
+    loop.settle_before_rebalance()
+    assert loop.inflight is None and loop.store.resets == 1  # the cache may be ahead of Redis
+
+    consumer.owned = [0]  # partition 1 was revoked: its next owner applies offset 20
+    monkeypatch.setattr(loop, "_finish_inflight", lambda consumer, wait=False: None)
+    fetched_since = [_record(0, 12)]
+    loop._step(consumer, fetched_since, threading.Event())
+    ((submitted,),) = [calls.submitted]
+    assert [(m.partition(), m.offset()) for m in submitted] == [(0, 10), (0, 11), (0, 12)]
+    loop._step(consumer, [_record(0, 13)], threading.Event())
+    assert [m.offset() for m in calls.submitted[-1]] == [13]  # once only
