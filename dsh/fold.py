@@ -290,6 +290,11 @@ class SurfaceFold:
             return Step(PROJECTION, None, self._plan_projection(ev, interpreter))
         if ev.ignorable:
             return _OPAQUE_STEP  # its surfaceOp / sourceEventSeqs are opaque data
+        if not self._full:
+            # A light fold (a projector that runs no interpreter) folds a log the writer
+            # validated: a type it took that is neither core nor ignorable was one of its
+            # registered message projections, whose output a light fold never needs.
+            return Step(PROJECTION, None, self._plan_projection(ev, None))
         raise ValidationError(
             f'event {seq}: unknown event type "{t}" must be marked ignorable: true',
             code="UNKNOWN_TYPE",

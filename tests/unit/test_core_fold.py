@@ -250,6 +250,27 @@ def test_the_next_seq_is_a_rule_of_the_fold() -> None:
     assert err.value.message == "event 1: the next seq is 0"
 
 
+def test_a_light_fold_takes_a_message_projection_of_any_registered_type() -> None:
+    """The transcript and audit projectors fold with no interpreters: a projection type the
+    writer had an interpreter for (any name, not only the builtin ones) must not block them.
+    A full fold without its interpreter still refuses it."""
+    s = new(invariants=False)
+    s.append("user/message", user(), "append")  # 0
+    vendor = dsh.Event("vendor/redact", 1, 1, {"seqs": [0]})
+    light = SurfaceFold(full_checks=False)
+    light.apply(next(iter(s.events())), {})
+    assert light.apply(vendor, {}).rewritten == ()
+    assert light.next_seq == 2 and light.surface.nodes == (0,)
+    with pytest.raises(dsh.ProjectionError) as err:
+        light.plan(dsh.Event("vendor/redact", 2, 1, {"seqs": [0]}, "append"), {})
+    assert err.value.code == "PROJECTION_ENVELOPE"
+    full = SurfaceFold()
+    full.apply(next(iter(s.events())), {})
+    with pytest.raises(dsh.ValidationError) as unknown:
+        full.plan(vendor, {})
+    assert unknown.value.code == "UNKNOWN_TYPE"
+
+
 def test_the_light_fold_tracks_nodes_only() -> None:
     s = new(invariants=False)
     s.append("system/message", system(), "append")  # 0

@@ -143,16 +143,25 @@ def test_a_poison_record_is_a_dead_letter_and_blocks_its_session(
 
 def test_a_record_the_rules_refuse_blocks_its_session_at_its_seq() -> None:
     batches, stats = planner(2)
-    refused = record(3, type_="x/custom")  # unknown and not ignorable
+    refused = record(3, type_="user/message")  # {"turn": 1} is not a message
     plan = batches.plan([refused, record(4)])
     assert [kind(c) for c in plan.commands] == ["block", "SADD"]
     assert plan.commands[0][4] == 3
     (letter,) = plan.dead
     assert letter.record is refused and letter.seq == 3
-    assert letter.poison.error.code == "UNKNOWN_TYPE" and letter.poison.value is None
+    assert letter.poison.error.code == "INVALID_DATA" and letter.poison.value is None
     assert stats == Counter({"blocked": 1})  # seq 4 meets a blocked session
     state = batches.cache[SID].state
     assert isinstance(state, SurfaceFold) and state.next_seq == 3  # the refusal left it alone
+
+
+def test_a_message_projection_of_a_type_the_writer_registered_is_planned_not_refused() -> None:
+    """The transcript runs no interpreter: a projection type the writer had one for (and so
+    took without ``ignorable``) is applied, not a reason to block the session."""
+    batches, stats = planner(2)
+    plan = batches.plan([record(3, type_="vendor/redact"), record(4)])
+    assert [kind(c) for c in plan.commands] == ["apply", "apply"]
+    assert plan.dead == [] and stats == Counter()
 
 
 @pytest.mark.parametrize(
