@@ -72,8 +72,10 @@ class Residency:
     leaving: dict[str, tuple[SessionState, Evicted]] = field(default_factory=dict)
     evicted: dict[str, Evicted] = field(default_factory=dict)
     # Sessions evicted by each transaction produced but not yet committed, oldest first.
-    _staged: list[list[str]] = field(default_factory=list)
-    _pending: list[str] = field(default_factory=list)  # evicted in the open transaction
+    # Each eviction with its stub: a session taken back and evicted again in a later
+    # transaction is leaving under that one's stub, and goes only when that one commits.
+    _staged: list[list[tuple[str, Evicted]]] = field(default_factory=list)
+    _pending: list[tuple[str, Evicted]] = field(default_factory=list)  # in the open transaction
 
     def __len__(self) -> int:
         return len(self._used)
@@ -124,7 +126,7 @@ class Residency:
     def leave(self, session_id: str, state: SessionState, stub: Evicted) -> None:
         """Evict the session in the open transaction (its snapshot, if any, is in it)."""
         self.leaving[session_id] = (state, stub)
-        self._pending.append(session_id)
+        self._pending.append((session_id, stub))
 
     def drop(self, session_id: str, stub: Evicted) -> None:
         """Evict a session whose state the topics already hold, committed (after a restore)."""
@@ -138,10 +140,13 @@ class Residency:
 
     def committed(self) -> None:
         """The oldest staged transaction committed: its evicted sessions leave memory."""
-        for session_id in self._staged.pop(0) if self._staged else ():
-            left = self.leaving.pop(session_id, None)
-            if left is not None:  # else asked for again since, and resident
-                self.evicted[session_id] = left[1]
+        for session_id, stub in self._staged.pop(0) if self._staged else ():
+            left = self.leaving.get(session_id)
+            # Else asked for again since: resident, or leaving again with a snapshot of a
+            # later transaction, which a reload could not read until that one commits.
+            if left is not None and left[1] is stub:
+                del self.leaving[session_id]
+                self.evicted[session_id] = stub
 
     def take_back(self, session_id: str) -> SessionState | None:
         """The session's state if it was evicted (restored from the topics if need be), or

@@ -108,6 +108,28 @@ def test_a_session_asked_for_before_its_eviction_commits_comes_back_from_memory(
     assert not r.evicted and not r.leaving
 
 
+def test_a_session_evicted_again_before_its_first_eviction_commits_leaves_with_the_second() -> None:
+    """Evicted in transaction N, taken back and evicted again in N+1: when N commits, the
+    session is still leaving under N+1's snapshot, which a reload could not read until N+1
+    commits; a command for it meanwhile comes back from memory."""
+    first, second = SessionState(new_session("a", {})), SessionState(new_session("a", {}))
+    r = Residency(reload=lambda sid, stub: pytest.fail("read from the topics"))
+    r.leave("a", first, _stub(3))
+    r.stage()  # N
+    assert r.take_back("a") is first
+    r.leave("a", second, _stub(5))
+    r.stage()  # N + 1
+    r.committed()  # N
+    assert "a" not in r.evicted and r.leaving["a"] == (second, _stub(5))
+    assert r.take_back("a") is second
+    r.leave("a", second, _stub(5))
+    r.stage()  # N + 2
+    r.committed()  # N + 1: "a" was taken back since, and left again in N + 2
+    assert "a" not in r.evicted
+    r.committed()  # N + 2
+    assert r.evicted == {"a": _stub(5)} and not r.leaving
+
+
 def _partition(sessions: int) -> PartitionState:
     state = PartitionState(0, snapshots_mark=11, events_mark=22)
     state.residency.budget = Budget(sessions=sessions)
