@@ -7,11 +7,21 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from dsh.vocabulary import BUILTIN_PROJECTION_TYPES, CORE_TYPES
 from servicekit.metrics import LATENCY_BUCKETS as _LATENCY_BUCKETS
+
+# Types outside the vocabulary are the clients' to choose (any ignorable type, any type of a
+# rejected command): each would be a series of its own for good. The first few seen keep
+# their name; the rest count as "other".
+MAX_OTHER_TYPES = 64
+_KNOWN_TYPES = CORE_TYPES | BUILTIN_PROJECTION_TYPES
+_other_types: set[str] = set()
+
 
 APPENDS = Counter(
     "dsh_writer_appends_total",
-    "Events the writer handled, by event type and result (committed, rejected, duplicate).",
+    "Events the writer handled, by event type and result (committed, rejected, duplicate); "
+    f"types outside the vocabulary past the first {MAX_OTHER_TYPES} seen count as 'other'.",
     ["type", "result"],
 )
 
@@ -20,6 +30,11 @@ APPENDS = Counter(
 def appends(event_type: str, result: str) -> Any:
     """The child counter, looked up once per (type, result): ``labels()`` costs more than the
     increment on the writer's per-event path."""
+    if event_type not in _KNOWN_TYPES and event_type not in _other_types:
+        if len(_other_types) >= MAX_OTHER_TYPES:
+            event_type = "other"
+        else:
+            _other_types.add(event_type)
     return APPENDS.labels(event_type, result)
 
 
