@@ -107,8 +107,8 @@ def _replay_partitions(
 ) -> tuple[int, int, int]:
     """Rebuild every session of the partitions; returns (sessions, records, events applied)."""
     sessions = records = applied = 0
-    # One reader over the partitions; a partition's sessions are rebuilt (and freed) as soon as
-    # its end is reached.
+    # One reader over the partitions, one after the other; a partition's sessions are rebuilt
+    # (and freed) as soon as its end is reached: memory holds one partition's logs at most.
     logs: dict[int, dict[str, list[Record | Poison]]] = defaultdict(lambda: defaultdict(list))
     ends: dict[int, int] = {}  # partition → where the scan stopped
 
@@ -120,7 +120,9 @@ def _replay_partitions(
         ends[p] = end
 
     topic = kafka.topic("events")
-    for item in scan_partitions(kafka, topic, partitions, on_end=partition_done):
+    for item in scan_partitions(
+        kafka, topic, partitions, on_end=partition_done, one_at_a_time=True
+    ):
         records += 1
         if item.session_id is not None:
             logs[item.partition][item.session_id].append(item)

@@ -26,21 +26,26 @@ def scan_partitions(
     timeout_s: float = 30.0,
     on_end: Callable[[int, int], None] | None = None,
     start: Mapping[int, int] | None = None,
+    *,
+    one_at_a_time: bool = False,
 ) -> Iterator[Record | Poison]:
     """Every committed record of the given partitions up to their ends as of now, through one
     consumer (setting one up costs more than reading thousands of records), from each one's
     ``start`` offset if given, else its first. Records of one partition come in order;
-    partitions interleave; ``on_end(p, end)`` runs when p's end is reached, with the offset
-    the next record will have."""
+    partitions interleave, unless ``one_at_a_time`` (a caller that holds each partition's
+    records until its end holds one partition's, not the whole topic's); ``on_end(p, end)``
+    runs when p's end is reached, with the offset the next record will have."""
     starts = start or {}
     consumer = kafka_clients.reader(kafka, topics=(topic,))
+    ranges = {p: (starts.get(p), NOW) for p in partitions}
+    shares = [{p: r} for p, r in ranges.items()] if one_at_a_time else [ranges]
     try:
-        ranges = {p: (starts.get(p), NOW) for p in partitions}
-        for m in read_partitions(consumer, topic, ranges, timeout_s, on_end):
-            item = decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0)
-            if type(item) is Record and item.event.seq == 0 and created_bare(m.headers()):
-                item = item._replace(bare=True)
-            yield item
+        for share in shares:
+            for m in read_partitions(consumer, topic, share, timeout_s, on_end):
+                item = decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0)
+                if type(item) is Record and item.event.seq == 0 and created_bare(m.headers()):
+                    item = item._replace(bare=True)
+                yield item
     finally:
         consumer.close()
 

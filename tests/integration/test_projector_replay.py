@@ -19,9 +19,10 @@ from projectors.read_api import Reader
 from projectors.records import Poison, Record
 from projectors.replay import replay
 from projectors.settings import ProjectorSettings
-from projectors.topic_reader import read_session
+from projectors.topic_reader import read_session, scan_partitions
 from projectors.verify import verify
 from servicekit.settings import KafkaSettings, RedisSettings
+from tests.conftest import TEST_PARTITIONS
 from tests.integration.projector_support import (
     OFFLOAD,
     events_of,
@@ -131,3 +132,30 @@ def test_a_replay_applies_what_a_running_projector_applied_past_its_scan(
     reader = Reader(redis_client, Keys())
     report = verify(session.id, read_session(topics, session.id), reader, INTERPRETERS)
     assert report.ok, "\n".join(report.differences)
+
+
+def test_a_whole_topic_scan_for_a_replay_reads_one_partition_after_another(
+    topics: KafkaSettings,
+) -> None:
+    """A replay keeps each partition's logs until that partition's end: read interleaved, it
+    would hold the whole topic's at once. One partition's records all come, and its end is
+    reported, before the next partition's first record."""
+    sessions = [simple_session(f"scan-{i}", turns=2) for i in range(12)]
+    publish(topics, interleave(*sessions))
+    seen: list[tuple[str, int]] = []
+    items = scan_partitions(
+        topics,
+        topics.topic("events"),
+        range(TEST_PARTITIONS),
+        on_end=lambda p, _end: seen.append(("end", p)),
+        one_at_a_time=True,
+    )
+    for item in items:
+        seen.append(("record", item.partition))
+    order = [p for kind, p in seen if kind == "record"]
+    assert len(order) == sum(len(s) for s in sessions) and len(set(order)) > 1
+    for i, (kind, q) in enumerate(seen):
+        if kind == "record":
+            read_before = {p for k, p in seen[:i] if k == "record" and p != q}
+            ended = {p for k, p in seen[:i] if k == "end"}
+            assert read_before <= ended, seen
