@@ -51,8 +51,6 @@ from servicekit.partitioning import partition_for
 from servicekit.settings import ConfigError, KafkaSettings
 from servicekit.topics import partition_counts
 
-# The writer's own lower limits come back as typed rejections; MAX_RECORD_BYTES is what Kafka
-# would refuse outright.
 # Longer than any append should wait before it is even sent.
 MAX_LINGER_MS = 1000.0
 # Topics created a moment ago may not be in every broker's metadata yet.
