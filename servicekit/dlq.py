@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from dsh.errors import SessionError
 from servicekit import kafka_clients
@@ -65,6 +65,7 @@ class DeadLetters:
         # are forked from a process that should hold no live Kafka client.
         self._producer: Producer | None = None
         self.pending = 0
+        self._refused: list[str] = []  # why each dead letter since the last flush was not stored
 
     @property
     def producer(self) -> Producer:
@@ -81,16 +82,30 @@ class DeadLetters:
         original: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         headers = dead_letter_headers(self.service, error, source, original)
-        self.producer.produce(self.topic, key=key, value=value, headers=headers)
+        self.producer.produce(
+            self.topic, key=key, value=value, headers=headers, on_delivery=self._delivered
+        )
         self.pending += 1
 
+    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._refused.append(err.str())
+
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Before offsets are committed: a dead letter is never lost to a crash after it."""
+        """Before offsets are committed: a dead letter is never lost to a crash after it, nor
+        to a delivery that failed (its message timed out, the broker refused it): either
+        raises, and the records go again from the last commit."""
         if self.pending:
             left = self.producer.flush(timeout_s)
+            refused, self._refused = self._refused, []
             if left:
                 raise SessionError(
                     f"DLQ: {left} record(s) not delivered in {timeout_s}s", code="DLQ_UNDELIVERED"
+                )
+            if refused:
+                raise SessionError(
+                    f"DLQ: {len(refused)} record(s) not delivered: {refused[0]}",
+                    code="DLQ_UNDELIVERED",
                 )
             self.pending = 0
 
