@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from serve.access import SessionAccess
 from serve.limits import check_request_id
@@ -56,9 +55,7 @@ async def append(
     request.state.request_id = request_id
     drafts = [_wire_draft(e) for e in body.events]
     tenant = access.principal.tenant
-    client = access.clients.made_appender(tenant)
-    if client is None:  # the tenant's first append: making it is a Kafka round trip
-        client = await run_in_threadpool(access.clients.appender, tenant)
+    client = await access.clients.appender_for(tenant)
     future = client.append_many_async(
         access.session_id,
         drafts,

@@ -4,9 +4,11 @@ OpenAPI document is built from an app that connects to nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 from pydantic import SecretStr
+from starlette.concurrency import run_in_threadpool
 
 from producers import SessionClient
 from projectors.inspection import Inspection
@@ -35,14 +37,25 @@ class Clients:
         self.inspection = Inspection(redis, keys)
         self.feeds = Feeds(self.reader)
         self._appenders: dict[str | None, SessionClient] = {}
+        self._making: dict[str | None, asyncio.Future[SessionClient]] = {}  # on the event loop
         self._lock = threading.Lock()
         self.streams = threading.BoundedSemaphore(settings.max_streams)
 
-    def made_appender(self, tenant: str | None) -> SessionClient | None:
-        """The tenant's client if it was made already. No lock: ``appender`` holds it while it
-        makes a client (a Kafka round trip), which the event loop must not wait behind, and
-        one ``dict.get`` is atomic."""
-        return self._appenders.get(tenant)
+    async def appender_for(self, tenant: str | None) -> SessionClient:
+        """The tenant's client, made on a worker thread at its first append (a Kafka round
+        trip: up to the topics' timeout while Kafka is away). The appends that come for it
+        meanwhile wait for that one making on the event loop, holding no thread each, so a
+        tenant's burst during an outage cannot take the pool from every other request."""
+        client = self._appenders.get(tenant)  # no lock: one dict.get is atomic
+        if client is not None:
+            return client
+        making = self._making.get(tenant)
+        if making is None:
+            making = asyncio.ensure_future(run_in_threadpool(self.appender, tenant))
+            self._making[tenant] = making
+            making.add_done_callback(lambda _: self._making.pop(tenant, None))
+        # Shielded: a caller that goes away does not cancel the making the others wait for.
+        return await asyncio.shield(making)
 
     def appender(self, tenant: str | None) -> SessionClient:
         """The client that appends for ``tenant`` (None: auth off, no credential): made at the

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from typing import Any, cast
+
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from serve.app import create_app, redis_connections
+from serve.clients import Clients
 from serve.settings import ServeSettings
+from servicekit.kafka_errors import KafkaUnreachableError
 from servicekit.settings import RedisSettings
 
 
@@ -20,3 +26,39 @@ def test_every_worker_thread_and_feed_can_hold_a_redis_connection_at_once() -> N
     with TestClient(create_app(settings, redis=redis)) as client:
         pool = client.app.state.clients.redis.connection_pool  # type: ignore[attr-defined]
         assert pool.max_connections == redis_connections(settings) == 1040
+
+
+def _clients(make: Any) -> Clients:
+    clients: Any = object.__new__(Clients)
+    clients._appenders, clients._making, clients.appender = {}, {}, make
+    return cast(Clients, clients)
+
+
+def test_a_tenants_first_appends_wait_for_one_making_of_its_client_holding_no_thread() -> None:
+    """While a tenant's client is made (a Kafka round trip, long while Kafka is away), the
+    appends that come for it wait on the event loop for that one making, not each on a
+    worker thread of their own; a failed making fails them all, and the next append tries
+    again."""
+    made: list[str | None] = []
+    gate = threading.Event()
+
+    def make(tenant: str | None) -> Any:
+        made.append(tenant)
+        assert gate.wait(10)
+        if len(made) == 1:
+            raise KafkaUnreachableError("no broker answered")
+        return f"client of {tenant}"
+
+    async def burst(clients: Clients) -> list[Any]:
+        waiting = [asyncio.ensure_future(clients.appender_for("acme")) for _ in range(50)]
+        await asyncio.sleep(0.2)
+        assert made == ["acme"]  # one making, on one thread
+        gate.set()
+        return await asyncio.gather(*waiting, return_exceptions=True)
+
+    clients = _clients(make)
+    failed = asyncio.run(burst(clients))
+    assert all(isinstance(f, KafkaUnreachableError) for f in failed) and not clients._making
+    again: Any = asyncio.run(clients.appender_for("acme"))
+    assert again == "client of acme"  # made again
+    assert made == ["acme", "acme"]
