@@ -92,6 +92,11 @@ class Loop(Generic[S]):
         self._committed: dict[int, int] = {}
         self._watchdog = CallWatchdog(0)  # off outside run()
 
+    @property
+    def consumer(self) -> Consumer | None:
+        """The consumer while :meth:`run` runs."""
+        return self._consumer
+
     def run(self, consumer: Consumer, membership: Membership, stop: threading.Event) -> None:
         """Until ``stop``; the batch in hand is settled and committed before it returns."""
         self._consumer = consumer

@@ -15,13 +15,22 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from projectors import metrics
 from projectors.marks import Marks
 from projectors.runtime.sessions import SessionStore
 
 log = logging.getLogger("projectors")
+
+
+def commit_start(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    """Commit the start of ``partitions`` (offset 0; once retention took it, out of range,
+    which reads from the earliest) before they are marked as held in Redis again: should this
+    process stop before it commits past what it replays, their next owner replays them too,
+    rather than resuming at an offset committed before Redis lost them."""
+    start = [TopicPartition(tp.topic, tp.partition, 0) for tp in partitions]
+    consumer.commit(offsets=start, asynchronous=False)
 
 
 class Ownership:
@@ -32,13 +41,16 @@ class Ownership:
         store: SessionStore[Any],
         stats: Counter[str],
         settle: Callable[[], None],
+        consumer: Callable[[], Consumer | None],
     ) -> None:
-        """``settle``: finish and commit the batch in flight, before partitions go."""
+        """``settle``: finish and commit the batch in flight, before partitions go;
+        ``consumer``: the one the partitions come to (None outside the loop)."""
         self.name = name
         self.marks = marks
         self.store = store
         self.stats = stats
         self.settle = settle
+        self.consumer = consumer
         self._owned: set[int] = set()
 
     @property
@@ -65,10 +77,16 @@ class Ownership:
                         extra={"partition": tp.partition},
                     )
                     tp.offset = OFFSET_BEGINNING
+                consumer = self.consumer()
+                if consumer is not None:
+                    commit_start(consumer, fresh)
                 self.marks.mark([tp.partition for tp in fresh])
         except redis.RedisError as exc:
             # Unknown: the sentinel check notices an empty Redis once it answers again.
             log.warning("projector %s: on assign: %s", self.name, exc)
+        except KafkaException as exc:
+            # Not marked: whoever is assigned them next finds them unmarked, and replays them.
+            log.warning("projector %s: on assign, committing their start: %s", self.name, exc)
         self.stats["partitions_assigned"] += len(partitions)
         self._owned.update(tp.partition for tp in partitions)
         metrics.PARTITIONS.labels(self.name).set(len(self._owned))

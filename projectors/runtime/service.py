@@ -84,7 +84,12 @@ class Runtime(Generic[S]):
             self.health,
         )
         self.ownership = Ownership(
-            self.name, self.marks, self.store, self.stats, self.loop.settle_before_rebalance
+            self.name,
+            self.marks,
+            self.store,
+            self.stats,
+            self.loop.settle_before_rebalance,
+            lambda: self.loop.consumer,
         )
         load_all(client)
 

@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from projectors import metrics
 from projectors.marks import Marks
+from projectors.runtime.ownership import commit_start
 from projectors.runtime.sessions import SessionStore
 
 log = logging.getLogger("projectors")
@@ -80,6 +81,7 @@ class RedisWatch:
             assignment = consumer.assignment()
             for tp in assignment:
                 consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
+            commit_start(consumer, assignment)  # before the marks: see commit_start
         except Exception as exc:  # not fetching yet: try again on the next round
             log.info("projector %s: seek postponed: %s", self.name, exc)
             return False
