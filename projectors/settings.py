@@ -31,7 +31,9 @@ class ProjectorSettings(StrictSettings):
     empty Redis) makes it replay its partitions."""
     projections: str = ""
     """Message-projection interpreters, `event/type=package.module:function,…`, the same as the
-    writer's; a session that uses a type missing here is blocked."""
+    writer's; a session that uses a type missing here is blocked on its surface. Only the
+    surface projector runs them: the transcript and audit projectors apply any projection type
+    the writer took."""
     instance_id: str | None = None
     """Static group membership (Kafka's `group.instance.id`, e.g. a pod name): a restarted
     process gets its partitions back without waiting for its old session to expire."""
