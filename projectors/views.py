@@ -91,6 +91,17 @@ class _Meta:
     rebuilding: dict[str, Any] | None
 
 
+def _blocking(steps: Generator[float, None, V]) -> V:
+    """A read of :meth:`Views.waits`' steps that sleeps through its pauses."""
+    while True:
+        try:
+            pause = next(steps)
+        except StopIteration as done:
+            view: V = done.value
+            return view
+        time.sleep(pause)
+
+
 class Views:
     """The surface, transcript and audit of a session from Redis, each checked as the module
     says. ``timeout_s`` is the default bound of a wait (0: answer at once)."""
@@ -109,21 +120,23 @@ class Views:
         self, session_id: str, *, at_least: int | None = None, timeout_s: float | None = None
     ) -> SurfaceView:
         """What the model sees next (``Session.derive_messages()`` as ``.messages``)."""
-        return self._read("surface", session_id, at_least, timeout_s, self.reader.surface)
+        return _blocking(
+            self._steps("surface", session_id, at_least, timeout_s, self.reader.surface)
+        )
 
     def transcript(
         self, session_id: str, *, at_least: int | None = None, timeout_s: float | None = None
     ) -> TranscriptView:
         """What a human sees: every turn, compactions included."""
-        return self._read(
-            "transcript", session_id, at_least, timeout_s, self.reader.transcript_view
+        return _blocking(
+            self._steps("transcript", session_id, at_least, timeout_s, self.reader.transcript_view)
         )
 
     def audit(
         self, session_id: str, *, at_least: int | None = None, timeout_s: float | None = None
     ) -> AuditView:
         """Provenance: what each event cites, shadowed and was cited by."""
-        return self._read("audit", session_id, at_least, timeout_s, self.reader.audit)
+        return _blocking(self._steps("audit", session_id, at_least, timeout_s, self.reader.audit))
 
     def waits(
         self,
@@ -144,23 +157,6 @@ class Views:
             "audit": self.reader.audit,
         }[projection]
         return self._steps(projection, session_id, at_least, timeout_s, read)
-
-    def _read(
-        self,
-        projection: str,
-        session_id: str,
-        at_least: int | None,
-        timeout_s: float | None,
-        read: Callable[[str], V],
-    ) -> V:
-        steps = self._steps(projection, session_id, at_least, timeout_s, read)
-        while True:
-            try:
-                pause = next(steps)
-            except StopIteration as done:
-                view: V = done.value
-                return view
-            time.sleep(pause)
 
     def _steps(
         self,
