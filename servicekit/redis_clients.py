@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 
@@ -45,12 +45,29 @@ def redis_unreachable(client: RedisClient) -> str | None:
 def sentinel_primary(settings: RedisSettings, *, max_connections: int | None = None) -> redis.Redis:
     """The primary the Sentinels name (``DSH_REDIS_SENTINELS``): the client's pool asks them
     again on a connection error, so after a failover its next command reaches the promoted
-    replica, and a demoted primary's READONLY reply counts as such an error."""
+    replica, and a demoted primary's READONLY reply counts as such an error.
+
+    ``url`` gives what it would give one server: the database, the user and password (unless
+    set on their own), and TLS (``rediss://``, verified with ``ssl_ca_certs``), which the
+    Sentinels are then reached over too; ``sentinel_password`` is theirs."""
     from redis.sentinel import Sentinel
 
-    database = int(urlsplit(settings.url.get_secret_value()).path.strip("/") or 0)
-    sentinel = Sentinel(settings.sentinel_addresses(), socket_timeout=2.0)
+    url = urlsplit(settings.url.get_secret_value())
+    database = int(url.path.strip("/") or 0)
+    primary_kwargs = _pool_kwargs(settings, max_connections)
+    if url.username and "username" not in primary_kwargs:
+        primary_kwargs["username"] = unquote(url.username)
+    if url.password and "password" not in primary_kwargs:
+        primary_kwargs["password"] = unquote(url.password)
+    sentinel_kwargs: dict[str, Any] = {"socket_timeout": 2.0}
+    if url.scheme == "rediss":
+        primary_kwargs["ssl"] = sentinel_kwargs["ssl"] = True
+        if settings.ssl_ca_certs is not None:
+            sentinel_kwargs["ssl_ca_certs"] = settings.ssl_ca_certs
+    if settings.sentinel_password is not None:
+        sentinel_kwargs["password"] = settings.sentinel_password.get_secret_value()
+    sentinel = Sentinel(settings.sentinel_addresses(), sentinel_kwargs=sentinel_kwargs)
     primary: redis.Redis = sentinel.master_for(
-        settings.sentinel_master, db=database, **_pool_kwargs(settings, max_connections)
+        settings.sentinel_master, db=database, **primary_kwargs
     )
     return primary

@@ -166,6 +166,22 @@ class RedisSettings(StrictSettings):
     `sentinel_master` (then `url` only gives the database), and again when it fails over."""
     sentinel_master: str = "dsh"
     """The name the Sentinels monitor the primary under."""
+    sentinel_password: SecretStr | None = None
+    """Password of the Sentinels themselves (their `requirepass`), if they ask for one."""
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> RedisSettings:
+        # A CA with a redis:// URL would be a plain connection that fails at its first use
+        # with a TypeError, or, worse, a deployment that believes it has TLS.
+        if self.ssl_ca_certs is not None and not self.url.get_secret_value().startswith(
+            "rediss://"
+        ):
+            raise ConfigError(
+                "DSH_REDIS_SSL_CA_CERTS verifies a TLS connection: DSH_REDIS_URL must then be "
+                "rediss://",
+                code="REDIS_TLS_URL",
+            )
+        return self
 
     def sentinel_addresses(self) -> list[tuple[str, int]]:
         """``sentinels`` as (host, port) pairs."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,6 +112,37 @@ def test_a_redis_pool_takes_the_size_it_is_given_behind_sentinels_too(
     assert isinstance(client, redis.Redis)
     pool = client.connection_pool
     assert pool.max_connections == 140 and pool.connection_kwargs["db"] == 2
+
+
+def test_a_redis_ca_without_a_tls_url_is_refused() -> None:
+    with pytest.raises(ConfigError) as refused:
+        RedisSettings(url=SecretStr("redis://10.0.0.5:6379/0"), ssl_ca_certs="/etc/ca.pem")
+    assert refused.value.code == "REDIS_TLS_URL"
+
+
+def test_behind_sentinels_the_primary_gets_the_urls_tls_and_credentials(tmp_path: Path) -> None:
+    """With Sentinels the URL gives the database only to the lookup: its TLS, user and
+    password must still reach the primary (and TLS the Sentinels), or the connection is
+    plain and unauthenticated. No connection is made here."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    settings = RedisSettings(
+        url=SecretStr("rediss://app%40acme:p%2Fw@ignored:6379/2"),
+        sentinels="127.0.0.1:26379",
+        ssl_ca_certs=str(ca),
+        sentinel_password=SecretStr("sentinel-secret"),
+    )
+    client = redis_client(settings)
+    assert isinstance(client, redis.Redis)
+    pool: Any = client.connection_pool
+    assert pool.connection_class.__name__ == "SentinelManagedSSLConnection"
+    kwargs = pool.connection_kwargs
+    assert (kwargs["db"], kwargs["username"], kwargs["password"]) == (2, "app@acme", "p/w")
+    assert kwargs["ssl_ca_certs"] == str(ca)
+    assert type(pool.make_connection()).__name__ == "SentinelManagedSSLConnection"
+    sentinel = pool.sentinel_manager.sentinels[0].connection_pool
+    assert sentinel.connection_class.__name__ == "SSLConnection"
+    assert sentinel.connection_kwargs["password"] == "sentinel-secret"
 
 
 def test_topics_carry_the_configured_prefix() -> None:
