@@ -33,8 +33,14 @@ def require_kafka(
 
 
 def translate(exc: BaseException) -> SessionError | None:
-    """A Redis connection failure escaping a command, as the error that names the fix.
-    Looks the class up only if redis was imported at all: `import dsh` stays free of it."""
+    """A Redis connection failure, or a setting a settings class refused, escaping a command,
+    as the error that names the fix. Looks the classes up only if redis (pydantic) was
+    imported at all: `import dsh` stays free of them."""
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
+        from servicekit.settings import settings_error
+
+        return settings_error(exc)
     redis = sys.modules.get("redis")
     if redis is not None and isinstance(
         exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError

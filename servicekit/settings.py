@@ -43,7 +43,11 @@ class StrictSettings(BaseSettings):
         prefix = cls.model_config.get("env_prefix", "")
         if prefix:
             known = {prefix + name.upper() for name in cls.model_fields}
-            unknown = sorted(k for k in os.environ if k.startswith(prefix) and k not in known)
+            # Upper-cased as pydantic-settings reads names: `dsh_kafka_bootstrap_server` is a
+            # typo of ours too.
+            unknown = sorted(
+                k for k in os.environ if k.upper().startswith(prefix) and k.upper() not in known
+            )
             if unknown:
                 raise ConfigError(
                     f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
@@ -84,6 +88,32 @@ class KafkaSettings(StrictSettings):
     debug: str | None = None
     """librdkafka debug contexts for every Kafka client of the process, comma-separated
     (`cgrp,eos`, `fetch,metadata`, …), written to stderr; an unknown one is `BAD_KAFKA_DEBUG`."""
+
+    @model_validator(mode="after")
+    def _security_settings_apply(self) -> KafkaSettings:
+        """A SASL or TLS setting the protocol would not use is a mistake, not a default: the
+        deployment would believe it logs in, or verifies the brokers, and do neither."""
+        protocol = self.security_protocol
+        sasl = ("sasl_mechanism", "sasl_username", "sasl_password")
+        tls = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
+        unused = [n for n in sasl if not protocol.startswith("SASL_") and getattr(self, n)]
+        unused += [
+            n for n in (*tls, "ssl_key_password") if "SSL" not in protocol and getattr(self, n)
+        ]
+        if unused:
+            names = ", ".join(f"DSH_KAFKA_{n.upper()}" for n in unused)
+            raise ConfigError(
+                f"{names} set, but DSH_KAFKA_SECURITY_PROTOCOL is {protocol}, which does not "
+                "use them",
+                code="KAFKA_SECURITY_UNUSED",
+            )
+        if protocol.startswith("SASL_") and self.sasl_mechanism is None:
+            raise ConfigError(
+                f"DSH_KAFKA_SECURITY_PROTOCOL is {protocol}: set DSH_KAFKA_SASL_MECHANISM "
+                "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)",
+                code="KAFKA_SASL_MECHANISM",
+            )
+        return self
 
     @field_validator("debug")
     @classmethod
@@ -220,6 +250,29 @@ class CodecSettings(StrictSettings):
     native: Literal["auto", "off"] = "auto"
     """`auto`: decode with the compiled readers when `make setup` built them; `off`: with the
     Python readers they are built from (the same values, slower)."""
+
+
+def settings_error(exc: pydantic.ValidationError) -> ConfigError | None:
+    """A settings class's refusal as the error naming the variables (never their values: one
+    may be a secret); None when ``exc`` is not about one of our settings classes."""
+    prefixes = {c.__name__: c.model_config.get("env_prefix", "") for c in _settings_classes()}
+    prefix = prefixes.get(exc.title)
+    if prefix is None:
+        return None
+    problems = "; ".join(
+        f"{prefix}{'_'.join(str(part) for part in e['loc']).upper()}: {e['msg']}"
+        for e in exc.errors(include_input=False, include_url=False)
+    )
+    return ConfigError(problems, code="BAD_SETTING")
+
+
+def _settings_classes() -> list[type[StrictSettings]]:
+    found, todo = [], list(StrictSettings.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
 
 
 def configure_codec() -> CodecSettings:

@@ -10,6 +10,7 @@ import redis
 from confluent_kafka import KafkaError
 from pydantic import SecretStr
 
+from cli import main
 from deploy.local.settings import LocalStackSettings
 from producers import SessionClient
 from servicekit.kafka_errors import FailFast, KafkaAuthenticationError
@@ -40,7 +41,9 @@ def test_kafka_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_refused_login_reported_by_librdkafka_raises_the_typed_error() -> None:
-    fail_fast = KafkaSettings(sasl_username="writer").client_config()["error_cb"]
+    fail_fast = KafkaSettings(
+        security_protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_username="writer"
+    ).client_config()["error_cb"]
     fail_fast(KafkaError(KafkaError._TRANSPORT, "broker down"))  # librdkafka retries this
     with pytest.raises(KafkaAuthenticationError) as refused:
         fail_fast(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid"))
@@ -68,6 +71,50 @@ def test_a_misspelt_variable_is_an_error_not_a_silent_default(
     with pytest.raises(ConfigError, match="DSH_KAFKA_BOOTSTRAP_SERVER") as info:
         KafkaSettings()
     assert info.value.code == "UNKNOWN_SETTING"
+
+
+def test_a_misspelt_variable_in_lower_case_is_an_error_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pydantic-settings reads names in any case: so must the check for unknown ones."""
+    monkeypatch.setenv("dsh_kafka_bootstrap_server", "10.0.0.1:9093")
+    with pytest.raises(ConfigError, match="dsh_kafka_bootstrap_server") as info:
+        KafkaSettings()
+    assert info.value.code == "UNKNOWN_SETTING"
+    monkeypatch.delenv("dsh_kafka_bootstrap_server")
+    monkeypatch.setenv("dsh_kafka_bootstrap_servers", "10.0.0.1:9093")  # a known one
+    assert KafkaSettings().bootstrap_servers == "10.0.0.1:9093"
+
+
+@pytest.mark.parametrize(
+    ("settings", "code"),
+    [
+        ({"sasl_username": "writer", "sasl_password": "pw"}, "KAFKA_SECURITY_UNUSED"),
+        ({"ssl_ca_location": "/etc/ca.pem"}, "KAFKA_SECURITY_UNUSED"),
+        (
+            {"security_protocol": "SASL_PLAINTEXT", "ssl_ca_location": "/etc/ca.pem"},
+            "KAFKA_SECURITY_UNUSED",
+        ),
+        ({"security_protocol": "SASL_SSL", "sasl_username": "writer"}, "KAFKA_SASL_MECHANISM"),
+    ],
+)
+def test_security_settings_the_protocol_would_not_use_are_refused(
+    settings: dict[str, Any], code: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        KafkaSettings(**settings)
+    assert refused.value.code == code
+    assert "pw" not in refused.value.message
+
+
+def test_a_refused_setting_is_a_one_line_error_of_the_cli_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DSH_KAFKA_SECURITY_PROTOCOL", "sasl_ssl")
+    assert main(["verify", "some-session"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("dsh: error [BAD_SETTING]: DSH_KAFKA_SECURITY_PROTOCOL: ")
+    assert "sasl_ssl" not in err  # the value is not echoed: it could be a secret
 
 
 def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
