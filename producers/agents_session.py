@@ -143,16 +143,16 @@ class DshAgentsSession:
         if self._reader is not None:
             fresh = self._reader(self.session_id)
             self._position = Position()  # a session of its own each time: folded anew
+        elif known is None:
+            # The whole session, in the invariants mode it was created with (a bare one, e.g.
+            # imported with invariants off, would not restore into a default session).
+            fresh = self.client.read(self.session_id, self.timeout_s, self._interpreters)
+            self._position = Position()
         else:
-            interpreters = None  # registered once, on the session they are restored into
-            if known is None:
-                known = dsh.Session(self.session_id)
-                interpreters = self._interpreters
-                self._position = Position()
             # Events this instance planned and saw committed keep its own clock's times; every
             # other field is as logged (expected_seq committed them exactly there).
             tail = self.client.read_events(self.session_id, len(known), self.timeout_s)
-            fresh = restore(known, tail, interpreters, mark_end=False)
+            fresh = restore(known, tail, None, mark_end=False)
         self._position.advance(fresh)
         self._known = fresh
         return fresh

@@ -26,10 +26,11 @@ from openai.types.responses import (
 )
 
 import dsh
-from producers import SessionClient
+from producers import SessionClient, draft
 from producers.agents_session import DshAgentsSession, UnsupportedItemError
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import running_writer, writer_settings
+from tests.support.builders import assistant, user
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
 
@@ -248,6 +249,24 @@ def test_another_instances_append_is_on_the_next_read(client: SessionClient) -> 
     assert [i["content"] for i in _run(b.get_items())] == ["from A", "A again"]
 
 
+def test_a_session_made_with_invariants_off_is_read_in_its_own_mode(
+    client: SessionClient,
+) -> None:
+    """A bare session (made with invariants off, as `dsh import --invariants off` makes one)
+    may hold what the turn rules refuse, here an assistant message outside any turn: the
+    adapter reads it in its own mode, not as a default session it would not restore into."""
+    client.append_many(
+        "agents-bare",
+        [
+            draft("user/message", user("u1", "hello"), surface_op="append"),
+            draft("assistant/message", assistant(mid="a1", body="hi"), surface_op="append"),
+        ],
+        invariants=False,
+    )
+    items = _run(DshAgentsSession("agents-bare", client).get_items())
+    assert [i["role"] for i in items] == ["user", "assistant"]
+
+
 def test_a_read_asks_the_writer_only_for_what_came_since(
     client: SessionClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,7 +279,14 @@ def test_a_read_asks_the_writer_only_for_what_came_since(
         asked.append(from_seq)
         return real(session_id, from_seq, timeout)
 
+    real_whole = client.read
+
+    def whole(session_id: str, timeout: float | None = None, interpreters: Any = None) -> Any:
+        asked.append(0)  # the first read of an instance: the whole session, with its mode
+        return real_whole(session_id, timeout, interpreters)
+
     monkeypatch.setattr(client, "read_events", counted)
+    monkeypatch.setattr(client, "read", whole)
     a = DshAgentsSession("agents-tail", client)
     b = DshAgentsSession("agents-tail", client)
     _run(a.add_items([{"role": "user", "content": f"a{i}"} for i in range(3)]))
