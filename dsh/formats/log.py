@@ -33,7 +33,9 @@ class Entry:
     inserted: bool = False
 
     def where(self, version: int) -> str:
-        seq = f"v{version} seq {self.event.get('seq')}"
+        # Any JSON may stand where an event should: the error about it must still be made.
+        found = self.event.get("seq") if isinstance(self.event, dict) else None
+        seq = f"v{version} seq {found}"
         return f"line {self.line} ({seq})" if self.line is not None else seq
 
 

@@ -568,3 +568,11 @@ def test_property_v2_one_system_message_per_prompt_change_each_citing_the_last(
         }
     assert len(out) == len(events) + len(systems)
     assert [e["seq"] for e in out] == list(range(len(out)))
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+@pytest.mark.parametrize("line", [[1, 2], "an event", 5, None])
+def test_a_line_that_is_not_an_event_object_is_a_typed_error(version: int, line: Any) -> None:
+    with pytest.raises(FormatError) as refused:
+        migrate(version, [ev("turn/start", {"turn": 1}, seq=0, time=1), line])
+    assert refused.value.code == "UNTRANSLATABLE" and "JSON object" in refused.value.message
