@@ -127,6 +127,19 @@ class Planner:
     # -- one item -------------------------------------------------------------------------
 
     def item(self, item: Mapping[str, Any]) -> None:
+        """Plan the events of one SDK item; one of a shape the SDK would not send (a field
+        missing, of the wrong type) is an ``UnsupportedItemError``, as an unknown one is."""
+        if not isinstance(item, Mapping):
+            raise UnsupportedItemError(f"an item is a JSON object, not {type(item).__name__}")
+        try:
+            self._item(item)
+        except (KeyError, AttributeError, TypeError) as exc:
+            raise UnsupportedItemError(
+                f"item of type {item.get('type', 'message')!r} is malformed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+
+    def _item(self, item: Mapping[str, Any]) -> None:
         kind = item.get("type", "message")
         role = item.get("role")
         next_id = f"dsh-{len(self.local)}"

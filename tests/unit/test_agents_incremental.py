@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import dsh
-from producers.agents_items import Planner, node_items
+from producers.agents_items import Planner, UnsupportedItemError, node_items
 from producers.agents_position import Position
 from producers.agents_surface import SurfaceItems
 
@@ -119,3 +119,20 @@ def test_a_position_that_does_not_match_the_session_is_folded_again(
     Planner(s, SOURCE).item({"role": "user", "content": "hi"})
     p = Planner(s, SOURCE, position)
     assert p.position.seen == len(s) and p.turn == 1
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "function_call", "call_id": "c1", "arguments": "{}"},  # no name
+        {"type": "function_call_output", "output": "sunny"},  # no call_id
+        {"role": "user", "content": 5},
+        {"role": "user", "content": ["a bare string where a part goes"]},
+        {"type": "reasoning", "summary": ["a bare string where a summary part goes"]},
+        "not an item at all",
+    ],
+)
+def test_a_malformed_item_is_an_unsupported_item_not_a_python_error(item: Any) -> None:
+    s = dsh.Session("sdk", invariants=True)
+    with pytest.raises(UnsupportedItemError):
+        Planner(s, SOURCE).item(item)
