@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from projectors.errors import ProjectorError
+from projectors.errors import ProjectorError, SessionUnknownError
 from projectors.records import Poison, Record
 from projectors.runtime import Runtime
 from projectors.topic_reader import offsets_in, scan_partitions
@@ -67,6 +67,7 @@ def _replay(
     started = time.perf_counter()
     wanted = list(session_ids)
     sessions = records = applied = 0
+    unknown: list[str] = []
     if wanted:
         by_partition: dict[int, set[str]] = defaultdict(set)
         for sid in wanted:
@@ -80,6 +81,9 @@ def _replay(
                 for item in scan_partitions(kafka, topic, [p], on_end=ends.__setitem__):
                     if item.session_id in found:
                         found[item.session_id].append(item)
+                # No events of it: a wrong id, whose read models a rebuild would only empty.
+                unknown += sorted(sid for sid, items in found.items() if not items)
+                found = {sid: items for sid, items in found.items() if items}
                 records += sum(len(items) for items in found.values())
                 sessions += len(found)
                 applied += sum(rt.rebuild_logs(found, "replay") for rt in runtimes)
@@ -95,6 +99,11 @@ def _replay(
             sessions, records, applied = _replay_partitions(
                 kafka, runtimes, range(partitions), total, progress
             )
+    if unknown:
+        replayed = f"; the {sessions} other(s) named were replayed" if sessions else ""
+        raise SessionUnknownError(
+            f"no event of session(s) {', '.join(unknown)} in {topic}: check the id(s){replayed}"
+        )
     return ReplayResult(sessions, records, applied, time.perf_counter() - started)
 
 

@@ -85,6 +85,13 @@ def test_replay_all_then_one_session(
     assert report.ok, "\n".join(report.differences)
     assert int(redis_client.hget(KEYS.meta("surface", parent.id), "applies") or 0) == len(parent)
 
+    # A wrong id is an error, and its read models are not made, empty, by the replay.
+    typo = _dsh(topics, servers.redis_url, "replay", "replay-mian", "--projection", "surface")
+    assert typo.returncode == 1
+    assert "SESSION_UNKNOWN" in typo.stderr and "replay-mian" in typo.stderr
+    assert applied(redis_client, "surface", "replay-mian") == -1
+    assert not redis_client.keys("*replay-mian*")
+
 
 @pytest.mark.parametrize("named", [True, False], ids=["one-session", "whole-topic"])
 def test_a_replay_applies_what_a_running_projector_applied_past_its_scan(
