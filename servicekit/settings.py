@@ -192,8 +192,9 @@ class RedisSettings(StrictSettings):
     """How long a command may wait for Redis's answer before it fails (and is retried); keep
     it above the longest blocking read (`dsh tail`'s `XREAD BLOCK` waits 1 s)."""
     sentinels: str | None = None
-    """Redis Sentinels, `host:port,host:port,…`: the client asks them for the primary of
-    `sentinel_master` (then `url` only gives the database), and again when it fails over."""
+    """Redis Sentinels, `host:port,host:port,…` (port 26379 if left out): the client asks them
+    for the primary of `sentinel_master` (then `url` gives the database, the credentials and
+    TLS), and again when it fails over."""
     sentinel_master: str = "dsh"
     """The name the Sentinels monitor the primary under."""
     sentinel_password: SecretStr | None = None
@@ -214,12 +215,22 @@ class RedisSettings(StrictSettings):
         return self
 
     def sentinel_addresses(self) -> list[tuple[str, int]]:
-        """``sentinels`` as (host, port) pairs."""
+        """``sentinels`` as (host, port) pairs; a host without a port is on Sentinel's own,
+        26379."""
         pairs = []
         for item in (self.sentinels or "").split(","):
-            host, _, port = item.strip().rpartition(":")
-            if host and port:
-                pairs.append((host, int(port)))
+            item = item.strip()
+            if not item:
+                continue
+            host, colon, port = item.rpartition(":")
+            if not colon:
+                host, port = item, "26379"
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(
+                    f"DSH_REDIS_SENTINELS: {item!r} is not host:port",
+                    code="BAD_REDIS_SENTINELS",
+                )
+            pairs.append((host, int(port)))
         return pairs
 
     def client_kwargs(self) -> dict[str, Any]:

@@ -192,6 +192,15 @@ def test_behind_sentinels_the_primary_gets_the_urls_tls_and_credentials(tmp_path
     assert sentinel.connection_kwargs["password"] == "sentinel-secret"
 
 
+def test_sentinel_addresses_take_sentinels_own_port_and_refuse_what_is_not_one() -> None:
+    sentinels = RedisSettings(sentinels="s0, s1:26380,")
+    assert sentinels.sentinel_addresses() == [("s0", 26379), ("s1", 26380)]
+    for bad in ("s0:26379x", "s0:", ":26379", "s0:99999"):
+        with pytest.raises(ConfigError) as refused:
+            RedisSettings(sentinels=bad).sentinel_addresses()
+        assert refused.value.code == "BAD_REDIS_SENTINELS"
+
+
 def test_topics_carry_the_configured_prefix() -> None:
     assert KafkaSettings(topic_prefix="acme.dsh").topic("events") == "acme.dsh.events"
 
