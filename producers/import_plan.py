@@ -118,10 +118,13 @@ def _json_size(d: dict[str, Any]) -> int:
         return len(json.dumps(d, separators=(",", ":")))
 
 
-def request_id(file_hash: str, session_id: str, first: int, count: int) -> str:
-    """Deterministic: a retry of this very batch is answered from the writer's request
-    table, and expected_seq keeps any other copy from committing."""
-    return f"import:{file_hash[:32]}:{session_id}:{first}:{count}"
+def request_id(file_hash: str, session_id: str, first: int, count: int, attempt: str = "") -> str:
+    """Deterministic within a round (``attempt``): a retry of this very batch is answered
+    from the writer's request table, and expected_seq keeps any other copy from committing.
+    A later round, after a conflict or a refusal, gives its batches ids of their own: the
+    writer answers a rejected request with its first answer for good, and a batch behind a
+    refused one was rejected with a conflict its range no longer has."""
+    return f"import:{file_hash[:32]}{attempt}:{session_id}:{first}:{count}"
 
 
 @dataclass(frozen=True)
@@ -147,25 +150,27 @@ class Plan:
         return list(zip(self.batches, self.commands, strict=True))
 
 
-def encode_batch(batch: Batch, session_id: str, client_id: str, file_hash: str) -> bytes:
-    rid = request_id(file_hash, session_id, batch.first, len(batch.drafts))
+def encode_batch(
+    batch: Batch, session_id: str, client_id: str, file_hash: str, attempt: str = ""
+) -> bytes:
+    rid = request_id(file_hash, session_id, batch.first, len(batch.drafts), attempt)
     return encode_command(AppendCommand(rid, client_id, session_id, batch.drafts, batch.first))
 
 
 def encoded(
-    batch: Batch, session_id: str, client_id: str, file_hash: str
+    batch: Batch, session_id: str, client_id: str, file_hash: str, attempt: str = ""
 ) -> list[tuple[Batch, bytes]]:
     """``batch`` with its command, or its halves with theirs while the command is over
     :data:`COMMAND_MAX_BYTES` (a single event over it is the writer's to refuse)."""
-    command = encode_batch(batch, session_id, client_id, file_hash)
+    command = encode_batch(batch, session_id, client_id, file_hash, attempt)
     if len(command) <= COMMAND_MAX_BYTES or len(batch.drafts) == 1:
         return [(batch, command)]
     half = len(batch.drafts) // 2
     head = Batch(batch.first, batch.drafts[:half])
     tail = Batch(batch.first + half, batch.drafts[half:])
     return [
-        *encoded(head, session_id, client_id, file_hash),
-        *encoded(tail, session_id, client_id, file_hash),
+        *encoded(head, session_id, client_id, file_hash, attempt),
+        *encoded(tail, session_id, client_id, file_hash, attempt),
     ]
 
 

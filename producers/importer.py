@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import secrets
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -279,6 +280,7 @@ def import_events(
     started = time.monotonic()
     if progress is not None:
         progress(done, len(events))
+    attempt = ""  # the first round's ids are the file's own; see import_plan.request_id
     while done < len(events):
         in_flight: list[tuple[Batch, Future[list[EventRecord]]]] = []
         failure: SessionError | None = None
@@ -289,7 +291,7 @@ def import_events(
             todo = [
                 pair
                 for b in batches(drafts, done)
-                for pair in encoded(b, session_id, client.client_id, file_hash)
+                for pair in encoded(b, session_id, client.client_id, file_hash, attempt)
             ]
         plan = None  # a later round starts where the session stands
         next_batch = 0
@@ -301,7 +303,7 @@ def import_events(
                 fut = client.append_encoded_async(
                     session_id,
                     command,
-                    request_id(file_hash, session_id, b.first, len(b.drafts)),
+                    request_id(file_hash, session_id, b.first, len(b.drafts), attempt),
                     invariants=mode.invariants,
                 )
                 in_flight.append((b, fut))
@@ -316,9 +318,13 @@ def import_events(
                     # Behind the rejected batch, each fails its expected_seq: commits nothing.
                     with contextlib.suppress(SessionError):
                         later.result()
-                raise _pinpoint(
-                    client, session_id, b, file_hash, origin, exc, mode.invariants
-                ) from exc
+                refused = _pinpoint(client, session_id, b, file_hash, origin, exc, mode.invariants)
+                if refused is not None:
+                    raise refused from exc
+                # Refused whole (over a limit of the writer's), yet each event committed on
+                # its own: the next round goes on after it.
+                failure = exc
+                break
             _check_reply(committed, b, session_id)
             done = b.last + 1
             published += len(committed)
@@ -332,6 +338,7 @@ def import_events(
         if failure is None:
             break
         # A timeout (outcome unknown) or a conflict: the log decides what committed.
+        attempt = f"~{secrets.token_hex(4)}"
         session = client.read_log(session_id)
         now = committed_prefix(session.events(), events, session_id, origin)
         published += max(0, now - done)
@@ -372,10 +379,12 @@ def _pinpoint(
     origin: str,
     first: SessionError,
     invariants: bool,
-) -> ImportRejectedError:
+) -> ImportRejectedError | None:
     """The batch was refused as a whole (nothing of it committed): append its events one by one
     to find the exact seq the writer refuses. The ones before it commit, so the session ends
-    as the longest accepted prefix and a re-run of the fixed file resumes right there."""
+    as the longest accepted prefix and a re-run of the fixed file resumes right there. None
+    when none is refused on its own: the batch was over a limit as a whole, and every event
+    of it is committed now."""
     from producers.errors import AppendTimeoutError, ConflictError
 
     exc: SessionError = first
@@ -393,6 +402,8 @@ def _pinpoint(
         except ValidationError as single:
             exc = single
             break
+    else:
+        return None
     return ImportRejectedError(
         f"{origin}: the writer rejected seq {seq} ({batch.drafts[seq - batch.first]['type']}) "
         f"of session {session_id!r} with {type(exc).__name__} [{exc.code}]: {exc.message}; "

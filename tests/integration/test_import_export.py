@@ -719,3 +719,21 @@ def test_export_skips_aborted_transactions_and_ends_past_their_markers(
         f"txn-True-{p}" for p in range(TEST_PARTITIONS)
     }
     assert export(out, kafka=kafka, timeout=15).records == 0
+
+
+def test_an_import_through_a_writer_with_a_lower_command_limit_still_commits_every_event(
+    tmp_path: Path, topics: KafkaSettings
+) -> None:
+    """A writer whose DSH_WRITER_MAX_COMMAND_BYTES is under the importer's batches refuses each
+    batch whole, though every event fits alone: the import commits them one by one and goes on
+    with fresh request ids (the writer answers a rejected id with its rejection for good)."""
+    path = _v3_file(tmp_path / "s.jsonl", "s")
+    _, expected = read_jsonl(path)
+    sid = _sid("small-commands")
+    with (
+        running_writer(topics, writer_settings(max_command_bytes=600)),
+        SessionClient(settings=topics, timeout=20) as c,
+    ):
+        result = import_file(path, kafka=topics, session_id=sid)
+        assert (result.already_present, result.published) == (0, len(expected))
+        assert without_time(c.read(sid).events()) == without_time(expected)
