@@ -64,25 +64,19 @@ def test_librdkafka_debug_contexts_are_checked_before_any_client(
         assert info.value.code == "BAD_KAFKA_DEBUG"
 
 
+@pytest.mark.parametrize("name", ["DSH_KAFKA_BOOTSTRAP_SERVER", "dsh_kafka_bootstrap_server"])
 def test_a_misspelt_variable_is_an_error_not_a_silent_default(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVER", "10.0.0.1:9093")
-    with pytest.raises(ConfigError, match="DSH_KAFKA_BOOTSTRAP_SERVER") as info:
+    """In either case: pydantic-settings reads names in any case, and so does this check."""
+    monkeypatch.setenv(name, "10.0.0.1:9093")
+    with pytest.raises(ConfigError, match=name) as info:
         KafkaSettings()
     assert info.value.code == "UNKNOWN_SETTING"
 
 
-def test_a_misspelt_variable_in_lower_case_is_an_error_too(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """pydantic-settings reads names in any case: so must the check for unknown ones."""
-    monkeypatch.setenv("dsh_kafka_bootstrap_server", "10.0.0.1:9093")
-    with pytest.raises(ConfigError, match="dsh_kafka_bootstrap_server") as info:
-        KafkaSettings()
-    assert info.value.code == "UNKNOWN_SETTING"
-    monkeypatch.delenv("dsh_kafka_bootstrap_server")
-    monkeypatch.setenv("dsh_kafka_bootstrap_servers", "10.0.0.1:9093")  # a known one
+def test_a_known_variable_in_lower_case_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("dsh_kafka_bootstrap_servers", "10.0.0.1:9093")
     assert KafkaSettings().bootstrap_servers == "10.0.0.1:9093"
 
 

@@ -69,19 +69,20 @@ def test_a_failure_deferred_inside_consume_is_recovered_before_the_batch_is_buil
     assert writer._deferred is None
 
 
-def test_a_recovery_that_produced_the_failed_records_again_goes_on_with_the_batch(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("revoke_in_consume", "recovered"),
+    [
+        (True, [(FAILURE, 1)]),  # the failed records were produced again: the batch goes on
+        (False, []),  # no rebalance: the batch is handled at once
+    ],
+    ids=["recovered-without-a-rewind", "no-rebalance"],
+)
+def test_the_batch_goes_on_when_nothing_was_rewound(
+    monkeypatch: pytest.MonkeyPatch, revoke_in_consume: bool, recovered: list[Any]
 ) -> None:
-    writer, consumer, calls = _writer(monkeypatch, revoke_in_consume=True, rewinds=False)
+    writer, consumer, calls = _writer(
+        monkeypatch, revoke_in_consume=revoke_in_consume, rewinds=False
+    )
     writer._step()
-    assert calls["recover"] == [(FAILURE, 1)]
-    assert calls["process"] == [[consumer.fetched]]
-
-
-def test_without_a_rebalance_the_batch_is_handled_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    writer, consumer, calls = _writer(monkeypatch, revoke_in_consume=False, rewinds=True)
-    writer._step()
-    assert calls["recover"] == []
+    assert calls["recover"] == recovered
     assert calls["process"] == [[consumer.fetched]]
