@@ -37,6 +37,7 @@ import asyncio
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -47,6 +48,7 @@ from dsh.restore import restore
 from producers.agents_items import PLUGIN, Planner, UnsupportedItemError
 from producers.agents_position import Position
 from producers.agents_surface import SurfaceItems
+from producers.errors import AppendTimeoutError
 from schemas import draft
 
 if TYPE_CHECKING:
@@ -60,6 +62,9 @@ __all__ = ["DshAgentsSession", "UnsupportedItemError"]
 # A refused append (another producer appended in between) is planned again on a fresh read, at
 # most this many times in all.
 ATTEMPTS = 5
+# A command that timed out is sent again under its request id this many times before the
+# timeout reaches the caller.
+TIMEOUT_RESENDS = 2
 _T = TypeVar("_T")
 
 
@@ -210,6 +215,25 @@ class DshAgentsSession:
 
         self._append(plan)
 
+    def _send(self, drafts: list[dict[str, Any]], expected_seq: int, request_id: str) -> None:
+        """One all-or-nothing command. One that timed out may have committed: it is sent again
+        under the same request id, which the writer answers with its events if it did and
+        commits once if it did not, so a timeout does not make the caller's retry, on a fresh
+        read that holds the items, add them twice."""
+        for resend in range(TIMEOUT_RESENDS + 1):
+            try:
+                self.client.append_many(
+                    self.session_id,
+                    drafts,
+                    expected_seq=expected_seq,
+                    request_id=request_id,
+                    timeout=self.timeout_s,
+                )
+                return
+            except AppendTimeoutError:
+                if resend == TIMEOUT_RESENDS:
+                    raise
+
     def _append(self, plan: Callable[[Planner], None]) -> None:
         """Plan on what this instance last read or committed (the copy checks every event and
         gives its seq), then send the plan as one all-or-nothing command expecting that seq;
@@ -228,9 +252,7 @@ class DshAgentsSession:
                 for type_, data, op, sources, _ in planner.drafts
             ]
             try:
-                self.client.append_many(
-                    self.session_id, drafts, expected_seq=start, timeout=self.timeout_s
-                )
+                self._send(drafts, start, f"agents-{uuid.uuid4().hex}")
                 self._known = local  # as committed, but for the times the writer gave
                 self._position = planner.position
                 return

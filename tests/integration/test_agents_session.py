@@ -28,6 +28,7 @@ from openai.types.responses import (
 import dsh
 from producers import SessionClient, draft
 from producers.agents_session import DshAgentsSession, UnsupportedItemError
+from producers.errors import AppendTimeoutError
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import running_writer, writer_settings
 from tests.support.builders import assistant, user
@@ -265,6 +266,31 @@ def test_a_session_made_with_invariants_off_is_read_in_its_own_mode(
     )
     items = _run(DshAgentsSession("agents-bare", client).get_items())
     assert [i["role"] for i in items] == ["user", "assistant"]
+
+
+def test_an_append_whose_reply_was_lost_is_sent_again_and_commits_once(
+    client: SessionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer committed, its reply did not come in time: the adapter sends the same
+    command again under its request id, gets the committed events back, and the items are
+    in the log once."""
+    real = client.append_many
+    request_ids: list[str] = []
+
+    def reply_lost_once(session_id: str, drafts: Any, **kwargs: Any) -> Any:
+        request_ids.append(kwargs["request_id"])
+        events = real(session_id, drafts, **kwargs)
+        if len(request_ids) == 1:
+            raise AppendTimeoutError("no reply in time", request_id=kwargs["request_id"])
+        return events
+
+    monkeypatch.setattr(client, "append_many", reply_lost_once)
+    session = DshAgentsSession("agents-lost-reply", client)
+    _run(session.add_items([{"role": "user", "content": "once"}]))
+    assert len(request_ids) == 2 and request_ids[0] == request_ids[1]
+    assert _run(DshAgentsSession("agents-lost-reply", client).get_items()) == [
+        {"role": "user", "content": "once"}
+    ]
 
 
 def test_a_read_asks_the_writer_only_for_what_came_since(
