@@ -358,7 +358,7 @@ class SessionClient:
         if self._tenant is not None:
             headers += tenant_headers(*self._tenant, value)
 
-        give_up_at = time.monotonic() + (timeout or self.timeout)
+        give_up_at: float | None = None  # set at the first full queue: not on every append
         while True:
             try:
                 self._producer.produce(
@@ -369,7 +369,10 @@ class SessionClient:
                 )
                 return future
             except BufferError:
-                if not self._wait_for_room or time.monotonic() >= give_up_at:
+                now = time.monotonic()
+                if give_up_at is None:
+                    give_up_at = now + (timeout or self.timeout)
+                if not self._wait_for_room or now >= give_up_at:
                     reason = "the client's queue of unsent commands is full"
                     break
                 self._producer.poll(0.01)  # let deliveries drain
