@@ -127,24 +127,36 @@ class RedisLink:
             self.client.connection_pool.release(conn)
 
     def _read(self, n: int) -> list[Any]:
-        conn = self._conn
-        parser = getattr(conn, "_parser", None)
-        if type(parser) is _HiredisParser and parser._reader is not None:
-            return read_replies(parser, n)
-        results: list[Any] = []
-        for _ in range(n):
-            try:
-                results.append(conn.read_response())
-            except redis.ResponseError as exc:  # one command failed; the stream stays in step
-                results.append(exc)
-        return results
+        return read_replies(self._conn, n)
 
 
-def read_replies(parser: Any, n: int) -> list[Any]:
+def read_replies(conn: Any, n: int) -> list[Any]:
+    """The next ``n`` replies on ``conn``; a failed command's reply is its ResponseError.
+    Socket timeouts, a closed connection and a write refused by a replica (``READONLY``: the
+    primary was demoted, as redis-py's Sentinel connection reads it) raise redis-py's
+    TimeoutError / ConnectionError."""
+    parser = getattr(conn, "_parser", None)
+    if type(parser) is _HiredisParser and parser._reader is not None:
+        return _read_from_hiredis(parser, n)
+    results: list[Any] = []
+    for _ in range(n):
+        try:
+            results.append(conn.read_response())
+        except redis.ReadOnlyError as exc:  # a plain connection's; a Sentinel's raises as below
+            raise _demoted(exc) from exc
+        except redis.ResponseError as exc:  # one command failed; the stream stays in step
+            results.append(exc)
+    return results
+
+
+def _demoted(exc: redis.ReadOnlyError) -> redis.ConnectionError:
+    return redis.ConnectionError(f"the primary is now a replica (READONLY {exc})")
+
+
+def _read_from_hiredis(parser: Any, n: int) -> list[Any]:
     """``n`` replies straight from redis-py's hiredis reader: what ``Connection.read_response``
     does per reply, without its per-call layers (a few µs an event). Error replies come back as
-    the same ResponseError instances (hiredis builds them with redis-py's ``parse_error``);
-    socket timeouts and a closed connection raise redis-py's TimeoutError / ConnectionError."""
+    the same ResponseError instances (hiredis builds them with redis-py's ``parse_error``)."""
     gets, fill = parser._reader.gets, parser.read_from_socket
     results: list[Any] = []
     append = results.append
@@ -158,6 +170,8 @@ def read_replies(parser: Any, n: int) -> list[Any]:
             reply = gets()
         if isinstance(reply, redis.ConnectionError):  # e.g. LOADING: as read_response raises
             raise reply
+        if isinstance(reply, redis.ReadOnlyError):  # the retry asks the Sentinels again
+            raise _demoted(reply)
         append(reply)
     return results
 

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import hiredis
-import redis
-from redis._parsers.hiredis import _HiredisParser
 from redis.connection import ConnectionPool
 
 from projectors.batch_io.seam import Command
@@ -36,16 +34,7 @@ class Flight:
     def read(self) -> list[Any]:
         conn = self.conn
         try:
-            parser = getattr(conn, "_parser", None)
-            if type(parser) is _HiredisParser and parser._reader is not None:
-                return read_replies(parser, self.count)
-            results: list[Any] = []
-            for _ in range(self.count):
-                try:
-                    results.append(conn.read_response())
-                except redis.ResponseError as exc:  # one command failed; the stream stays in step
-                    results.append(exc)
-            return results
+            return read_replies(conn, self.count)
         except BaseException:
             conn.disconnect()  # replies may be left unread
             raise

@@ -3,10 +3,16 @@ their replies read in any order, a failed command is a value, a broken link fail
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 import redis
+from redis._parsers import _HiredisParser, _RESP2Parser
 
+from deploy.local.redis_server import RedisServer
 from projectors.link import RedisLink, raise_errors
+from tests.support.waiting import wait_for
 
 
 def test_batches_in_flight_are_executed_in_order_and_read_in_any_order(
@@ -57,4 +63,47 @@ def test_a_connection_killed_under_batches_in_flight_fails_them_all(
         with pytest.raises(redis.ConnectionError):
             pending.result()
     assert link.round_trip([("INCR", "n")]) == [1]  # a new connection; nothing ran before
+    link.close()
+
+
+@pytest.fixture
+def primary_and_replica(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
+    from deploy.local.processes import free_ports
+
+    first, second = free_ports(2)
+    servers = (
+        RedisServer(tmp_path / "a", first, persistent=False),
+        RedisServer(tmp_path / "b", second, persistent=False, replica_of=first),
+    )
+    try:
+        for server in servers:
+            server.start()
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.mark.parametrize("parser", [_HiredisParser, _RESP2Parser])
+def test_a_write_refused_by_a_demoted_primary_fails_the_batch_as_a_lost_connection(
+    primary_and_replica: tuple[RedisServer, RedisServer], parser: type
+) -> None:
+    """A failover behind one address (a managed Redis's DNS name, a proxy) leaves the link's
+    connection on the old primary, now a replica, which refuses every write with READONLY. That
+    is a lost primary, not a failed command: the batch fails as on a broken connection (which
+    the projectors retry on a new one) instead of being read as the commands' replies."""
+    primary, replica = primary_and_replica
+    pool = redis.ConnectionPool(port=primary.port, parser_class=parser)
+    link = RedisLink(redis.Redis(connection_pool=pool))
+    assert link.round_trip([("SET", "before", "1")]) == [b"OK"]
+    with redis.Redis(port=replica.port) as promoted, redis.Redis(port=primary.port) as demoted:
+        promoted.replicaof("NO", "ONE")
+        demoted.replicaof("127.0.0.1", replica.port)
+        wait_for(lambda: demoted.role()[0] == b"slave", 30, "the old primary demoted")
+
+    script = "return redis.call('INCR', KEYS[1])"
+    for batch in ([("EVAL", script, 1, "n")], [("GET", "before"), ("INCR", "n")]):
+        with pytest.raises(redis.ConnectionError, match="READONLY"):
+            link.round_trip(batch)
     link.close()
