@@ -3,6 +3,7 @@ apply scripts touch a single slot and run unchanged on Redis Cluster."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 
@@ -11,7 +12,7 @@ class Keys:
     prefix: str = "dsh"
 
     def session(self, session_id: str, *parts: str) -> str:
-        return ":".join((self.prefix, "{" + session_id + "}", *parts))
+        return ":".join((self.prefix, _tagged(session_id), *parts))
 
     def meta(self, projection: str, session_id: str) -> str:
         return self.session(session_id, projection, "meta")
@@ -31,3 +32,14 @@ class Keys:
 
     def sentinel(self, projection: str, instance: str) -> str:
         return f"{self.prefix}:projector:{projection}:{instance}"
+
+
+def _tagged(session_id: str) -> str:
+    """``{<session id>}``: Redis Cluster hashes a key by the text between its first ``{`` and
+    the first ``}`` after it, the same for every key of the session. Except when that is empty
+    (an id that is empty or starts with ``}``): Redis then hashes each whole key, to slots of
+    their own. Those ids are tagged with a digest instead; their keys start ``#{``, which no
+    other id's do, so no two sessions share a key."""
+    if session_id and session_id[0] != "}":
+        return "{" + session_id + "}"
+    return "#{" + hashlib.sha256(session_id.encode()).hexdigest()[:16] + "}" + session_id
