@@ -4,6 +4,8 @@ broker's certificate is a typed error at once (KAFKA_TLS), not a 30 s "transport
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from tests.integration.writer_support import (
     writer_settings,
 )
 from tests.support.builders import user
+from tests.support.processes import run_dsh
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +85,25 @@ def test_a_ca_that_did_not_sign_the_broker_is_a_typed_error_at_once(
     # Not a timing benchmark: the start-up check's own timeout is 30 s, and this fails on
     # the first handshake instead.
     assert took < 15, took
+
+
+def test_kafkas_own_tools_verify_the_broker_with_the_pipelines_ca(
+    tls_cluster: TlsKafkaCluster, tmp_path: Path
+) -> None:
+    """``dsh kafka TOOL`` over TLS (``DSH_KAFKA_SECURITY_PROTOCOL=SSL``): the tool trusts the
+    broker through ``DSH_KAFKA_SSL_CA_LOCATION``, as the services do; a path that is not
+    plain ASCII reaches the tool as it is."""
+    ca_file = tmp_path / "certs é = #1" / "ca.pem"
+    ca_file.parent.mkdir()
+    shutil.copy(tls_cluster.ca.ca_cert, ca_file)
+    kafka = _over_tls(tls_cluster, ca_file, f"tool-{uuid.uuid4().hex[:8]}")
+    ensure_topics(kafka, PARTITIONS)
+    env = {
+        **os.environ,
+        "DSH_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "DSH_KAFKA_SECURITY_PROTOCOL": "SSL",
+        "DSH_KAFKA_SSL_CA_LOCATION": str(ca_file),
+    }
+    listed = run_dsh(env, "kafka", "topics", "--list")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert kafka.topic("events") in listed.stdout.split()

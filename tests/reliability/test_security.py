@@ -5,6 +5,7 @@ error, and no secret in any service log or /metrics page."""
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -31,10 +32,12 @@ from tests.reliability.harness import (
     Namespace,
     Service,
     check_history,
+    kafka_env,
     sessions_spread,
     split,
     verify_all,
 )
+from tests.support.processes import run_dsh
 from tests.support.waiting import wait_for
 
 REDIS_USER = "dsh-projector"
@@ -193,6 +196,23 @@ def test_a_wrong_kafka_password_fails_fast_with_a_typed_error(
     finally:
         for service in services:
             service.close()
+
+
+def test_kafkas_own_tools_log_in_with_the_pipelines_sasl_settings(
+    cluster: LocalStack, tmp_path: Path
+) -> None:
+    """``dsh kafka TOOL`` hands the tool the ``DSH_KAFKA_*`` login (in a file of its own, gone
+    afterwards), so it lists the topics over the SASL listener, where ACLs are on; the password
+    is on no command line and in no output."""
+    password = PASSWORDS[SERVICE_USER]
+    kafka = sasl_settings(cluster, SERVICE_USER, password, "sec-tool.dsh.session")
+    ensure_topics(kafka, PARTITIONS)
+    env = {**os.environ, **kafka_env(kafka), "TMPDIR": str(tmp_path)}
+    listed = run_dsh(env, "kafka", "topics", "--list")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert kafka.topic("events") in listed.stdout.split()
+    assert password.get_secret_value() not in listed.stdout + listed.stderr
+    assert list(tmp_path.iterdir()) == []  # the properties file is removed
 
 
 def test_redis_without_the_acl_password_is_refused(acl_redis: str) -> None:
