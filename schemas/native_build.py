@@ -3,16 +3,22 @@ with Cython (see :mod:`schemas.native`), and check an install's build.
 
 ``python -m schemas.native_build``: ``make setup`` runs it when the codec's generator or the
 schemas changed; without Cython (the ``native`` extra) the codec stays pure Python and this
-says so. ``--require``: the image's build (``deploy/Dockerfile``); no Cython or no compiler is
-an error, and so is a build that does not hold every reader. ``--check``: build nothing, only
+says so. A build identical to one made before on this machine is copied from the cache
+(``default_cache``; ``--no-cache`` compiles anyway). ``--require``: the image's build
+(``deploy/Dockerfile``); no Cython or no compiler is an error, and so is a build that does not
+hold every reader. ``--check``: build nothing, only
 say whether every reader of the packaged schemas is native in this install (exit 1 if not);
 the image's runtime stage runs it on the installed package."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import os
+import shutil
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Sequence
@@ -61,31 +67,72 @@ def module_source(readers: Sequence[Source]) -> str:
     return "".join(out)
 
 
-def build(target: Path | None = None, optimize: str = "-O1") -> Path:
-    """Compile the readers into ``schemas/_native_codec*.so`` (or into ``target``).
+def build(
+    target: Path | None = None, optimize: str = "-O1", cache: Path | None = None
+) -> tuple[Path, bool]:
+    """Compile the readers into ``schemas/_native_codec*.so`` (or into ``target``); returns
+    the module's path and whether it came from ``cache``.
 
     ``-O1``: the module is some 10,000 lines of generated code, and ``-O2`` takes the C
-    compiler several times as long (minutes) for little more speed."""
-    from Cython.Build import cythonize  # build-time only: the `native` extra
-    from setuptools import Distribution, Extension  # type: ignore[import-untyped]
+    compiler several times as long (minutes) for little more speed. ``cache``: a folder of
+    earlier builds, each under a digest of everything that makes it (the Cython source, the
+    flags, the interpreter, Cython's version); a build found there is copied, not compiled
+    again (a minute or more of CPU), and the newest few are kept."""
+    from Cython.Shadow import __version__ as cython_version  # build-time: the `native` extra
 
     target = target or Path(__file__).resolve().parent
+    source = module_source(collect_readers())
+    made_of = "\0".join((source, optimize, sys.version, sysconfig.get_platform(), cython_version))
+    cached = cache / hashlib.sha256(made_of.encode()).hexdigest()[:32] if cache else None
+    found = next(cached.glob("_native_codec*"), None) if cached and cached.is_dir() else None
     with tempfile.TemporaryDirectory(prefix="dsh-native-") as tmp:
-        pyx = Path(tmp) / "_native_codec.pyx"
-        pyx.write_text(module_source(collect_readers()), encoding="utf-8")
-        ext = Extension(MODULE, [str(pyx)], extra_compile_args=[optimize, "-g0"])
-        modules = cythonize([ext], quiet=True, build_dir=tmp)  # type: ignore[no-untyped-call]
-        dist = Distribution({"ext_modules": modules})
-        cmd: Any = dist.get_command_obj("build_ext")
-        cmd.build_lib = str(Path(tmp) / "lib")
-        cmd.build_temp = str(Path(tmp) / "temp")
-        dist.run_command("build_ext")
-        built = next((Path(tmp) / "lib" / "schemas").glob("_native_codec*"))
+        built = found or _compile(source, optimize, Path(tmp))
         for old in target.glob("_native_codec*"):
             old.unlink()
         out = target / built.name
-        out.write_bytes(built.read_bytes())
-    return out
+        shutil.copyfile(built, out)
+        if cached is not None and found is None:
+            _keep(built, cached)
+        elif cached is not None:
+            os.utime(cached)  # used: the last to go
+    return out, found is not None
+
+
+def _compile(source: str, optimize: str, tmp: Path) -> Path:
+    from Cython.Build import cythonize
+    from setuptools import Distribution, Extension  # type: ignore[import-untyped]
+
+    pyx = tmp / "_native_codec.pyx"
+    pyx.write_text(source, encoding="utf-8")
+    ext = Extension(MODULE, [str(pyx)], extra_compile_args=[optimize, "-g0"])
+    modules = cythonize([ext], quiet=True, build_dir=str(tmp))  # type: ignore[no-untyped-call]
+    dist = Distribution({"ext_modules": modules})
+    cmd: Any = dist.get_command_obj("build_ext")
+    cmd.build_lib = str(tmp / "lib")
+    cmd.build_temp = str(tmp / "temp")
+    dist.run_command("build_ext")
+    return next((tmp / "lib" / "schemas").glob("_native_codec*"))
+
+
+def _keep(built: Path, cached: Path, newest: int = 3) -> None:
+    """Into the cache, whole or not at all (a rename), and only the ``newest`` builds stay."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cached.parent))
+    shutil.copyfile(built, staging / built.name)
+    try:
+        staging.rename(cached)
+    except OSError:  # another build put it there first
+        shutil.rmtree(staging, ignore_errors=True)
+    entries = [p for p in cached.parent.iterdir() if not p.name.startswith(".")]
+    for stale in sorted(entries, key=lambda p: p.stat().st_mtime)[:-newest]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def default_cache() -> Path:
+    """``$XDG_CACHE_HOME/dsh-pipeline/native`` (``~/.cache/…``): outside the checkout, so a
+    fresh clone on the same machine finds the builds of an earlier one."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "dsh-pipeline" / "native"
 
 
 def check() -> tuple[bool, str]:
@@ -107,6 +154,9 @@ def main(argv: Sequence[str] = ()) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--require", action="store_true", help="fail unless the build is made")
     mode.add_argument("--check", action="store_true", help="only check this install's build")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="compile even when an identical build is cached"
+    )
     args = parser.parse_args(argv)
     if not args.check:
         try:
@@ -118,8 +168,10 @@ def main(argv: Sequence[str] = ()) -> int:
             print("schemas.native_build: Cython is not installed; the codec stays pure Python")
             return 0
         started = time.monotonic()
-        out = build()
-        print(f"schemas.native_build: built {out.name} in {time.monotonic() - started:.0f}s")
+        cache = None if args.no_cache else default_cache()
+        out, cached = build(cache=cache)
+        how = f"copied from {cache}" if cached else "built"
+        print(f"schemas.native_build: {how} {out.name} in {time.monotonic() - started:.0f}s")
         if not args.require:
             return 0
     ok, message = check()

@@ -164,3 +164,35 @@ def test_the_writers_draft_reader_is_in_the_build() -> None:
     root = sources[-1]  # nested records are generated first, the root last
     assert "return out, pos" in root.body  # a root: its own dict stays plain
     assert root.key in _built().FACTORIES
+
+
+def test_a_build_made_before_is_copied_from_the_cache_and_the_cache_keeps_the_newest(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiler runs only for a build the cache does not hold (other source or flags)."""
+    from schemas import native_build
+
+    compiled: list[str] = []
+
+    def compile_stub(source: str, optimize: str, tmp: Any) -> Any:
+        compiled.append(optimize)
+        out = tmp / "_native_codec.cpython-test.so"
+        out.write_text(optimize)
+        return out
+
+    monkeypatch.setattr(native_build, "_compile", compile_stub)
+    target, cache = tmp_path / "target", tmp_path / "cache"
+    target.mkdir()
+    (target / "_native_codec.stale.so").write_text("stale")
+
+    first, cached = native_build.build(target, "-O1", cache)
+    assert (compiled, cached) == (["-O1"], False)
+    assert [p.name for p in target.iterdir()] == [first.name] and first.read_text() == "-O1"
+    first.unlink()
+    again, cached = native_build.build(target, "-O1", cache)
+    assert (compiled, cached) == (["-O1"], True) and again.read_text() == "-O1"
+
+    for flags in ("-O0", "-O2", "-O3"):
+        native_build.build(target, flags, cache)
+    assert compiled == ["-O1", "-O0", "-O2", "-O3"]
+    assert sorted(p.read_text() for p in cache.glob("*/_native_codec*")) == ["-O0", "-O2", "-O3"]
