@@ -44,6 +44,10 @@ class LocalStackSettings(StrictSettings):
     next three ports (`0`: no `/metrics`, and `dsh status` checks only the processes)."""
     kafka_heap: str = "512m"
     """JVM heap of each Kafka node (`-Xmx`)."""
+    kafka_jvm_options: str = "-XX:+UseG1GC -XX:MaxGCPauseMillis=20"
+    """Other JVM options of each Kafka node, as a shell would split them. The test suite's
+    brokers, many and short-lived, run `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`: a fraction
+    of the CPU to start and to idle, for slower code under sustained load."""
     partitions: int = 8
     """Partitions of each topic `dsh up` creates."""
     startup_timeout_s: float = 90.0
