@@ -107,6 +107,16 @@ class KafkaSettings(StrictSettings):
                 "use them",
                 code="KAFKA_SECURITY_UNUSED",
             )
+        key_password = self.ssl_key_password is not None
+        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None) or (
+            key_password and self.ssl_key_location is None
+        ):
+            raise ConfigError(
+                "DSH_KAFKA_SSL_CERTIFICATE_LOCATION and DSH_KAFKA_SSL_KEY_LOCATION go together "
+                "(a client certificate is sent with its key), and DSH_KAFKA_SSL_KEY_PASSWORD "
+                "needs the key",
+                code="KAFKA_TLS_CLIENT_PAIR",
+            )
         if protocol.startswith("SASL_") and self.sasl_mechanism is None:
             raise ConfigError(
                 f"DSH_KAFKA_SECURITY_PROTOCOL is {protocol}: set DSH_KAFKA_SASL_MECHANISM "

@@ -90,6 +90,15 @@ def test_a_known_variable_in_lower_case_is_read(monkeypatch: pytest.MonkeyPatch)
             "KAFKA_SECURITY_UNUSED",
         ),
         ({"security_protocol": "SASL_SSL", "sasl_username": "writer"}, "KAFKA_SASL_MECHANISM"),
+        (
+            {"security_protocol": "SSL", "ssl_certificate_location": "/etc/client.pem"},
+            "KAFKA_TLS_CLIENT_PAIR",
+        ),
+        (
+            {"security_protocol": "SSL", "ssl_key_location": "/etc/client.key"},
+            "KAFKA_TLS_CLIENT_PAIR",
+        ),
+        ({"security_protocol": "SSL", "ssl_key_password": "pw"}, "KAFKA_TLS_CLIENT_PAIR"),
     ],
 )
 def test_security_settings_the_protocol_would_not_use_are_refused(
