@@ -40,7 +40,7 @@ def register(commands: Any) -> None:
         help="run one of Kafka's own command-line tools against the pipeline's Kafka",
         description="Kafka's tools as its kafka-TOOL.sh scripts run them, on the local stack's "
         "jars; --bootstrap-server is the pipeline's (as `dsh show` resolves it) unless given, "
-        "and so are its DSH_KAFKA_* security settings unless a --command-config is. "
+        "and then so are its DSH_KAFKA_* security settings, unless a --command-config is. "
         "Example: dsh kafka consumer-groups --describe --all-groups",
     )
     kafka.add_argument("tool", choices=sorted(TOOLS), help="the script's name without kafka-")
@@ -98,10 +98,12 @@ def _kafka_tool(args: argparse.Namespace) -> int:
     from deploy.local.record import resolved_settings
     from deploy.local.tool_config import client_properties_file, config_flag, java_client_properties
 
-    kafka = kafka_settings()
     tool_args = list(args.args)
-    if not any(a.startswith(("--bootstrap-server", "--bootstrap-controller")) for a in tool_args):
-        tool_args = ["--bootstrap-server", kafka.bootstrap_servers, *tool_args]
+    if any(a.startswith(("--bootstrap-server", "--bootstrap-controller")) for a in tool_args):
+        # Another endpoint (a controller, a plaintext listener): the caller's settings only.
+        return subprocess.call(tool_command(resolved_settings(), args.tool, tool_args))
+    kafka = kafka_settings()
+    tool_args = ["--bootstrap-server", kafka.bootstrap_servers, *tool_args]
     flag = config_flag(args.tool)
     if kafka.security_protocol == "PLAINTEXT" or any(a.startswith(flag) for a in tool_args):
         return subprocess.call(tool_command(resolved_settings(), args.tool, tool_args))

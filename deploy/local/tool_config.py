@@ -43,6 +43,7 @@ def java_client_properties(settings: KafkaSettings) -> dict[str, str]:
         props["ssl.truststore.type"] = "PEM"
         props["ssl.truststore.location"] = settings.ssl_ca_location
     if settings.ssl_certificate_location is not None and settings.ssl_key_location is not None:
+        # (KafkaSettings takes the two together or neither.)
         props["ssl.keystore.type"] = "PEM"
         props["ssl.keystore.certificate.chain"] = Path(
             settings.ssl_certificate_location
@@ -66,7 +67,9 @@ def client_properties_file(props: Mapping[str, str]) -> Iterator[Path]:
 
 
 def _jaas_quoted(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+    """Inside a JAAS quoted string (Java's ``StreamTokenizer``): a line break would end it."""
+    escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"}
+    return "".join(escapes.get(char, char) for char in value)
 
 
 def _escaped(text: str, *, key: bool = False) -> str:
