@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import importlib.metadata
 import os
 import shutil
 import sys
@@ -78,14 +79,11 @@ def build(
     earlier builds, each under a digest of everything that makes it (the Cython source, the
     flags, the interpreter, Cython's version); a build found there is copied, not compiled
     again (a minute or more of CPU), and the newest few are kept."""
-    from Cython.Shadow import __version__ as cython_version  # build-time: the `native` extra
-
     target = target or Path(__file__).resolve().parent
     source = module_source(collect_readers())
-    made_of = "\0".join((source, optimize, sys.version, sysconfig.get_platform(), cython_version))
-    cached = cache / hashlib.sha256(made_of.encode()).hexdigest()[:32] if cache else None
-    found = next(cached.glob("_native_codec*"), None) if cached and cached.is_dir() else None
+    cached = cache / _digest(source, optimize) if cache else None
     with tempfile.TemporaryDirectory(prefix="dsh-native-") as tmp:
+        found = _cached_copy(cached, Path(tmp)) if cached else None
         built = found or _compile(source, optimize, Path(tmp))
         for old in target.glob("_native_codec*"):
             old.unlink()
@@ -93,9 +91,33 @@ def build(
         shutil.copyfile(built, out)
         if cached is not None and found is None:
             _keep(built, cached)
-        elif cached is not None:
-            os.utime(cached)  # used: the last to go
     return out, found is not None
+
+
+def _digest(source: str, optimize: str) -> str:
+    """Of everything a build is made of: the module's source, how it is compiled (this file,
+    the compiler's environment), the interpreter, Cython and setuptools."""
+    from Cython.Shadow import __version__ as cython_version  # build-time: the `native` extra
+
+    setuptools_version = importlib.metadata.version("setuptools")
+    made_of = [source, optimize, Path(__file__).read_text(), sys.version, sys.platform]
+    made_of += [sysconfig.get_platform(), cython_version, setuptools_version]
+    made_of += [f"{name}={os.environ.get(name, '')}" for name in ("CC", "CFLAGS", "LDFLAGS")]
+    return hashlib.sha256("\0".join(made_of).encode()).hexdigest()[:32]
+
+
+def _cached_copy(cached: Path, tmp: Path) -> Path | None:
+    """The cached build, copied out (another build may prune it meanwhile: then none)."""
+    try:
+        built = next(cached.glob("_native_codec*"), None)
+        if built is None:
+            return None
+        copy = tmp / built.name
+        shutil.copyfile(built, copy)
+        os.utime(cached)  # used: the last to go
+    except FileNotFoundError:
+        return None
+    return copy
 
 
 def _compile(source: str, optimize: str, tmp: Path) -> Path:
@@ -123,9 +145,18 @@ def _keep(built: Path, cached: Path, newest: int = 3) -> None:
         staging.rename(cached)
     except OSError:  # another build put it there first
         shutil.rmtree(staging, ignore_errors=True)
-    entries = [p for p in cached.parent.iterdir() if not p.name.startswith(".")]
-    for stale in sorted(entries, key=lambda p: p.stat().st_mtime)[:-newest]:
-        shutil.rmtree(stale, ignore_errors=True)
+    aged: list[tuple[float, Path]] = []
+    for entry in cached.parent.iterdir():
+        try:
+            aged.append((entry.stat().st_mtime, entry))
+        except FileNotFoundError:  # pruned by another build meanwhile
+            continue
+    builds = sorted(aged, key=lambda pair: pair[0])
+    stale = [p for _, p in builds if not p.name.startswith(".")][:-newest]
+    # Staging folders an interrupted build left behind, an hour on.
+    stale += [p for t, p in builds if p.name.startswith(".") and t < time.time() - 3600]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def default_cache() -> Path:
