@@ -11,11 +11,15 @@ STAMP := $(VENV)/.installed-stamp
 
 # uv installs the packages: the same resolution as pip's, in a third of pip's time (its cache,
 # ~/.cache/uv, serves the next clone). Compiled to bytecode as pip does: where
-# PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile what it imports.
+# PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile what it imports. uv
+# reads neither pip.conf nor PIP_*: PIP_INDEX_URL is passed on, the system's CA store is
+# trusted, and if uv cannot install, pip does.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check 'uv>=0.5'
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check 'uv>=0.5,<1' \
+	  && UV_NATIVE_TLS=1 $(if $(PIP_INDEX_URL),UV_INDEX_URL='$(PIP_INDEX_URL)') \
+	    $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev]' \
+	  || $(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $@
 
 # The codec's readers compiled with Cython (schemas/native.py): rebuilt when the generator or
@@ -40,7 +44,7 @@ MYPY_CACHE_DIR ?= $(HOME)/.cache/dsh-pipeline/mypy
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(BIN)/mypy
+	MYPY_CACHE_DIR='$(MYPY_CACHE_DIR)' $(BIN)/mypy
 	$(BIN)/lint-imports
 
 # Validators the manifest tests call (promtool, docker-compose 1.x parses compose files without
