@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from projectors.keys import Keys
 from projectors.settings import ProjectorSettings
 
 # One command and one reply per look at all sessions, not one per session: the watcher
@@ -29,7 +30,7 @@ def settings_for(run: str, **extra: Any) -> ProjectorSettings:
 
 def applied_key(prefix: str, sid: str) -> str:
     """The surface's hash holding the last seq applied to session ``sid``."""
-    return f"{prefix}:{{{sid}}}:surface:meta"
+    return Keys(prefix).meta("surface", sid)
 
 
 def delete_prefix(client: redis.Redis | redis.RedisCluster, prefix: str) -> None:

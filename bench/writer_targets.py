@@ -43,6 +43,7 @@ from bench.stack import (
 from bench.writer_metrics import phase_means_ms, scrape
 from deploy.local.processes import free_ports
 from producers import SessionClient, draft
+from projectors.keys import Keys
 from servicekit.settings import KafkaSettings
 
 TEXT = "All work and no play makes Jack a dull boy. " * 22  # ~1 KiB of text per message
@@ -202,7 +203,7 @@ def applied_everywhere(client: redis.Redis, prefix: str, sessions: list[str], la
         "if tonumber(redis.call('HGET', k, 'applied') or '-1') >= tonumber(ARGV[1]) "
         "then n = n + 1 end end return n"
     )
-    keys = [f"{prefix}:{{{sid}}}:{name}:meta" for sid in sessions for name in PROJECTIONS]
+    keys = [Keys(prefix).meta(name, sid) for sid in sessions for name in PROJECTIONS]
     return int(script(keys=keys, args=[last])) == len(keys)
 
 

@@ -615,7 +615,7 @@ class VisibilityWatch:
     def _run(self) -> None:
         behind_since: dict[str, tuple[int, float]] = {}  # session → (applied seq, since)
         sessions = self.history.sessions
-        keys = [f"{self.prefix}:{{{sid}}}:{self.projection}:meta" for sid in sessions]
+        keys = [Keys(self.prefix).meta(self.projection, sid) for sid in sessions]
         while not self._stop.wait(0.05):
             acked = self.history.last_seq()
             pipe = self.client.pipeline(transaction=False)
