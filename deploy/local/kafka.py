@@ -51,7 +51,7 @@ def ensure_kafka_jars(settings: LocalStackSettings) -> Path:
     (:func:`class_archive`); later calls reuse them."""
     libs = settings.kafka_jars_dir()
     if _complete(libs, settings):
-        if not class_archive(libs).exists() and not _archive_refused(libs).exists():
+        if not class_archive(libs).exists() and not class_archive_refused(libs).exists():
             _make_class_archive(libs)
         return libs
     for tool in ("mvn", "java"):
@@ -84,7 +84,7 @@ def ensure_kafka_jars(settings: LocalStackSettings) -> Path:
             code="JARS_UNAVAILABLE",
         )
     (staging / _COMPLETE).write_text(_stamp(settings))
-    for stale in (class_archive(libs), _archive_refused(libs)):
+    for stale in (class_archive(libs), class_archive_refused(libs)):
         stale.unlink(missing_ok=True)
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
@@ -100,7 +100,8 @@ def class_archive(libs: Path) -> Path:
     return libs.parent / f"{libs.name}.jsa"
 
 
-def _archive_refused(libs: Path) -> Path:
+def class_archive_refused(libs: Path) -> Path:
+    """Where a JDK's refusal to make the archive is kept: while it exists, none is made."""
     return libs.parent / f"{libs.name}.jsa-refused"
 
 
@@ -136,7 +137,7 @@ def _make_class_archive(libs: Path) -> None:
         if result.returncode == 0 and dumped.exists():
             os.replace(dumped, class_archive(libs))
         else:
-            _archive_refused(libs).write_text(result.stderr.decode(errors="replace")[-2000:])
+            class_archive_refused(libs).write_text(result.stderr.decode(errors="replace")[-2000:])
 
 
 # Kafka's command-line tools by the name of their script without ``kafka-`` and ``.sh``.
