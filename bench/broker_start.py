@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.stack import cpu_seconds
 from deploy.local.kafka import (
+    SHORT_LIVED_JVM,
     KafkaCluster,
     class_archive,
     class_archive_refused,
@@ -29,20 +30,12 @@ from deploy.local.kafka import (
 from deploy.local.processes import free_ports
 from deploy.local.settings import LocalStackSettings
 
-SERVER = "-XX:+UseG1GC -XX:MaxGCPauseMillis=20"  # the local stack's default
-LEAN = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # the test suite's
+SERVER: str = LocalStackSettings.model_fields["kafka_jvm_options"].default  # `dsh up`'s
+LEAN = " ".join(SHORT_LIVED_JVM)  # the test suite's
 
 
 def _children_cpu() -> float:
-    """CPU of the children reaped so far; the nodes stopped before are reaped first, so that
-    theirs is not counted in what comes next."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
+    """CPU of the children reaped so far (each node is reaped when it stops)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 

@@ -46,6 +46,12 @@ logger.kafka_request.level = WARN
 """
 
 
+# For a JVM that lives seconds or a few minutes (a tool, a storage format, the test suite's
+# brokers): the client compiler alone and the serial collector start it in less CPU than the
+# server defaults, and compile slower code for sustained load (docs/benchmarks.md).
+SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 def ensure_kafka_jars(settings: LocalStackSettings) -> Path:
     """Resolve the broker's jars from Maven Central once, with their class archive
     (:func:`class_archive`); later calls reuse them."""
@@ -105,11 +111,15 @@ def class_archive_refused(libs: Path) -> Path:
     return libs.parent / f"{libs.name}.jsa-refused"
 
 
+# The JVM's warnings about an archive it cannot use would go to stdout, into a tool's output.
+_QUIET_CDS = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+
+
 def _archive_flags(libs: Path) -> list[str]:
     archive = class_archive(libs)
     if not archive.exists():
         return []
-    return [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    return [f"-XX:SharedArchiveFile={archive}", *_QUIET_CDS]
 
 
 def _make_class_archive(libs: Path) -> None:
@@ -126,8 +136,7 @@ def _make_class_archive(libs: Path) -> None:
         dumped = home / "classes.jsa"
         result = subprocess.run(
             [
-                java(), "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                f"-XX:ArchiveClassesAtExit={dumped}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off",
+                java(), *SHORT_LIVED_JVM, f"-XX:ArchiveClassesAtExit={dumped}", *_QUIET_CDS,
                 "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format",
                 f"--cluster-id={new_cluster_id()}", "-c", str(home / "server.properties"),
             ],
@@ -157,10 +166,8 @@ def tool_command(settings: LocalStackSettings, tool: str, args: list[str]) -> li
     """The java command line of Kafka's ``tool`` (a key of :data:`TOOLS`) on the stack's own
     jars, fetched first if need be; quiet logging, as the scripts set it."""
     libs = ensure_kafka_jars(settings)
-    # A tool runs for seconds: the client compiler alone and the serial collector start it in
-    # less CPU than the server defaults.
     return [
-        java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", *_archive_flags(libs),
+        java(), "-Xmx256m", *SHORT_LIVED_JVM, *_archive_flags(libs),
         "-Dlog4j2.level=warn", "-cp", f"{libs}/*", TOOLS[tool], *args,
     ]  # fmt: skip
 
