@@ -6,9 +6,9 @@ schemas changed; without Cython (the ``native`` extra) the codec stays pure Pyth
 says so. A build identical to one made before on this machine is copied from the cache
 (``default_cache``; ``--no-cache`` compiles anyway). ``--require``: the image's build
 (``deploy/Dockerfile``); no Cython or no compiler is an error, and so is a build that does not
-hold every reader. ``--check``: build nothing, only
-say whether every reader of the packaged schemas is native in this install (exit 1 if not);
-the image's runtime stage runs it on the installed package."""
+hold every reader. ``--check``: build nothing, only say whether every reader of the packaged
+schemas is native in this install (exit 1 if not); the image's runtime stage runs it on the
+installed package."""
 
 from __future__ import annotations
 
@@ -76,9 +76,9 @@ def build(
 
     ``-O1``: the module is some 10,000 lines of generated code, and ``-O2`` takes the C
     compiler several times as long (minutes) for little more speed. ``cache``: a folder of
-    earlier builds, each under a digest of everything that makes it (the Cython source, the
-    flags, the interpreter, Cython's version); a build found there is copied, not compiled
-    again (a minute or more of CPU), and the newest few are kept."""
+    earlier builds, each under a digest of everything that makes it (``_digest``); a build
+    found there is copied, not compiled again (a minute or more of CPU), and the newest few are
+    kept."""
     target = target or Path(__file__).resolve().parent
     source = module_source(collect_readers())
     cached = cache / _digest(source, optimize) if cache else None

@@ -107,9 +107,9 @@ class KafkaSettings(StrictSettings):
                 "use them",
                 code="KAFKA_SECURITY_UNUSED",
             )
-        key_password = self.ssl_key_password is not None
-        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None) or (
-            key_password and self.ssl_key_location is None
+        key = self.ssl_key_location
+        if (self.ssl_certificate_location is None) != (key is None) or (
+            self.ssl_key_password is not None and key is None
         ):
             raise ConfigError(
                 "DSH_KAFKA_SSL_CERTIFICATE_LOCATION and DSH_KAFKA_SSL_KEY_LOCATION go together "

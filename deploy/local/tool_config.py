@@ -20,6 +20,7 @@ _LOGIN_MODULES = {
 # The flag each tool reads its client properties file from.
 _CONFIG_FLAGS = {"console-consumer": "--consumer.config"}
 _DEFAULT_CONFIG_FLAG = "--command-config"
+_PROPERTIES_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
 
 
 def config_flag(tool: str) -> str:
@@ -77,10 +78,8 @@ def _escaped(text: str, *, key: bool = False) -> str:
     units), and the characters the format gives a meaning escaped."""
     out = []
     for i, char in enumerate(text):
-        if char == "\\":
-            out.append("\\\\")
-        elif char in "\n\r\t\f":
-            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[char])
+        if char in _PROPERTIES_ESCAPES:
+            out.append(_PROPERTIES_ESCAPES[char])
         elif char in "=:#!" or (char == " " and (key or i == 0)):
             out.append("\\" + char)
         elif " " <= char <= "~":
