@@ -26,8 +26,8 @@ $(STAMP): pyproject.toml
 # the schemas change; a stale or missing build only means the pure-Python readers.
 NATIVE_STAMP := $(VENV)/.native-stamp
 $(NATIVE_STAMP): $(STAMP) $(wildcard schemas/*.avsc) schemas/rules.py schemas/avro_io.py \
-		schemas/codegen.py schemas/reader_source.py schemas/readers.py schemas/native.py \
-		schemas/native_build.py
+		schemas/avro_read.py schemas/codegen.py schemas/reader_source.py schemas/readers.py \
+		schemas/native.py schemas/native_build.py
 	$(BIN)/python -m schemas.native_build
 	touch $@
 

@@ -22,7 +22,7 @@ import dsh
 from dsh.errors import SessionError
 from producers import client_metrics as metrics
 from producers.errors import AppendTimeoutError, WriterUnavailableError
-from schemas import HEADER_READ_NEXT, HEADER_REQUEST, created_bare, decode_reply, header
+from schemas import HEADER_READ_NEXT, HEADER_REQUEST, created_bare, decode_reply_frozen, header
 from servicekit import kafka_clients
 from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
 from servicekit.partition_reader import high_watermark
@@ -195,7 +195,7 @@ class InFlight:
         if m.key() != self._key:
             return  # another client sharing this replies partition
         try:
-            reply = decode_reply(m.value() or b"")
+            reply = decode_reply_frozen(m.value() or b"")
         except SessionError as exc:
             log.warning("undecodable reply at offset %s: %s", m.offset(), exc)
             return

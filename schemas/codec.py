@@ -19,13 +19,13 @@ from typing import Any
 
 from fastavro import schemaless_reader
 
-from schemas.avro_io import TooDeep
 from schemas.convert import compile_codec
 from schemas.errors import (
     BadMarkerError,
     CodecError,
     CorruptRecordError,
     SchemaMismatchError,
+    TooDeep,
 )
 from schemas.readers import compile_reader
 from schemas.store import SINGLE_OBJECT_MARKER, MessageSchema, SchemaStore, default_store
@@ -123,7 +123,7 @@ class Codec:
         copying (its checks still run; already-frozen values pass them as they are). The
         values are exactly what ``dsh.json_snapshot.freeze`` makes of a plain decode: Avro
         carries only lossless JSON (string keys, finite doubles). A JsonValue nested deeper
-        than ``avro_io.FROZEN_JSON_DEPTH``, or a writer schema other than the current one, is
+        than ``avro_read.FROZEN_JSON_DEPTH``, or a writer schema other than the current one, is
         decoded plainly instead, leaving the core's depth limit to judge it."""
         try:
             return self.decode(data, expect, True)

@@ -48,6 +48,12 @@ class UnencodableError(CodecError):
     default_code = "CODEC_UNENCODABLE"
 
 
+class TooDeep(Exception):
+    """Internal to the codec: a frozen read met a JsonValue nested deeper than
+    ``avro_read.FROZEN_JSON_DEPTH`` (``Codec.decode_frozen`` then decodes plainly). Defined
+    here, not beside the readers, so the native build's copy of them raises this same class."""
+
+
 for _cls in (
     CodecError,
     BadMarkerError,

@@ -23,7 +23,8 @@ from functools import cache
 from typing import Any
 
 from dsh.event import SESSION_FORMAT_VERSION
-from schemas.avro_io import long_bytes, read_block_count, read_long, read_str
+from schemas.avro_io import long_bytes
+from schemas.avro_read import read_block_count, read_long, read_str
 from schemas.codec import HEADER_SIZE
 from schemas.readers import compile_reader
 from schemas.records import AppendCommand, decode_command

@@ -19,6 +19,11 @@ Whether the native readers are used is the process's choice (``configure``; the 
 take it from ``DSH_CODEC_NATIVE``, see ``servicekit.settings.CodecSettings``). By default they are,
 when built. The process logs which readers it decodes with when it compiles its first reader
 (logger ``schemas.native``, INFO), and :func:`describe` says it on demand.
+
+The build also holds a compiled copy of :mod:`schemas.avro_read` (the varint, string and
+JsonValue readers every record reader calls), keyed by a digest of that file's source:
+:func:`read_primitives` gives the copy when the digest matches, and the Python module
+otherwise.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any, NamedTuple
+
+from schemas import avro_read
 
 MODULE = "schemas._native_codec"
 
@@ -52,6 +61,7 @@ class Source(NamedTuple):
 
 @dataclass
 class _State:
+    module: ModuleType | None = None
     factories: dict[str, Callable[[dict[str, Any]], Callable[..., Any]]] | None = None
     loaded: bool = False
     enabled: bool = True  # the process's choice (configure)
@@ -81,11 +91,38 @@ def _factories() -> dict[str, Callable[[dict[str, Any]], Callable[..., Any]]]:
     if not _state.loaded:
         _state.loaded = True
         try:
-            _state.factories = dict(importlib.import_module(MODULE).FACTORIES)
+            _state.module = importlib.import_module(MODULE)
+            _state.factories = dict(_state.module.FACTORIES)
         except ImportError as exc:  # not built here: the Python readers, as before
             _state.factories = None
             _state.missing = str(exc)
     return _state.factories or {}
+
+
+def primitives_source() -> str:
+    """:mod:`schemas.avro_read`'s source, which the build compiles as it is."""
+    return Path(avro_read.__file__).read_text(encoding="utf-8")
+
+
+def primitives_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:32]
+
+
+_primitives_key = ""  # of this install's avro_read, once read
+
+
+def read_primitives() -> ModuleType:
+    """What readers compiled from now on call to read varints, strings and JsonValues: the
+    build's compiled copy of :mod:`schemas.avro_read` when it was built from this very source
+    (and native readers are on), else that module itself. Either has the same functions."""
+    global _primitives_key
+    if not _factories() or _state.module is None:
+        return avro_read
+    if not _primitives_key:
+        _primitives_key = primitives_key(primitives_source())
+    if getattr(_state.module, "PRIMITIVES_KEY", None) != _primitives_key:
+        return avro_read  # built from another avro_read: stale, and a rebuild says so
+    return _state.module
 
 
 def describe() -> str:
@@ -94,7 +131,10 @@ def describe() -> str:
         return "Python (the native readers are turned off: DSH_CODEC_NATIVE=off)"
     factories = _factories()
     if factories:
-        return f"native ({len(factories)} compiled readers in {MODULE})"
+        primitives = "native" if read_primitives() is not avro_read else "Python: stale build"
+        return (
+            f"native ({len(factories)} compiled readers in {MODULE}; read primitives {primitives})"
+        )
     if _state.suspended:
         return "Python (inside native.disabled())"
     return f"Python (no native build: {_state.missing or 'it holds no readers'})"

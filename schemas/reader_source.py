@@ -5,10 +5,11 @@ taken from the native build when it holds this exact source (:mod:`schemas.nativ
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 
 from dsh.json_snapshot import FrozenDict, FrozenList
-from schemas import native
-from schemas.avro_io import ABSENT, Reader, bad_index, read_block_count, read_long, write_str
+from schemas import avro_read, native
+from schemas.avro_io import ABSENT, Reader, bad_index, write_str
 from schemas.codegen import Source, indent
 from schemas.errors import CorruptRecordError
 
@@ -27,11 +28,9 @@ def _int_range(pos: int) -> CorruptRecordError:
 
 _HELPERS = {
     "ABSENT": ABSENT,
-    "read_long": read_long,
     "overrun": _overrun,
     "int_range": _int_range,
     "bad_index": bad_index,
-    "block_count": read_block_count,
     "FD": FrozenDict,
     "FL": FrozenList,
 }
@@ -97,8 +96,21 @@ class RecordReaderSource(Source):
     record itself stays a plain dict (callers take envelope fields out of it).
     """
 
-    def __init__(self, record: str, frozen: bool = False, top: bool = False) -> None:
-        super().__init__(record, _HELPERS)
+    def __init__(
+        self,
+        record: str,
+        frozen: bool = False,
+        top: bool = False,
+        primitives: ModuleType = avro_read,
+    ) -> None:
+        """``primitives``: where ``read_long`` and ``block_count`` come from (the native copy
+        of :mod:`schemas.avro_read` when the caller has it)."""
+        helpers = {
+            **_HELPERS,
+            "read_long": primitives.read_long,
+            "block_count": primitives.read_block_count,
+        }
+        super().__init__(record, helpers)
         self.frozen = frozen
         self.frozen_out = frozen and not top
         self.r: list[str] = []

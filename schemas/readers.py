@@ -11,19 +11,12 @@ of another writer version of a record are not read here: the codec resolves them
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from dsh.json_snapshot import FrozenDict, FrozenList
-from schemas.avro_io import (
-    PRIMITIVE_READERS,
-    Reader,
-    bad_index,
-    read_block_count,
-    read_json_value,
-    read_json_value_frozen,
-    read_null,
-    read_str,
-)
+from schemas import native
+from schemas.avro_io import Reader, bad_index, read_null
 from schemas.errors import CorruptRecordError
 from schemas.reader_source import Flat, RecordReaderSource
 from schemas.rules import JSON_VALUE, Names, tag
@@ -37,18 +30,24 @@ class _ReaderCompiler:
         self.root = schema["name"]
         self.frozen = frozen
         self.readers: dict[str, Reader] = {}
+        # Native when built and on (schemas.native): every reader below binds these.
+        self.read = native.read_primitives()
 
     def reader(self, node: Any) -> Reader:
         node = self.resolve(node)
         if isinstance(node, list):
             return self._union_reader(node)
         if isinstance(node, str):
-            return PRIMITIVE_READERS[node]
+            by_type: dict[str, Reader] = self.read.BY_TYPE
+            return by_type[node]
         kind = node["type"]
         if kind == "record":
             name = node["name"]
             if name == JSON_VALUE:
-                return read_json_value_frozen if self.frozen else read_json_value
+                json_value: Reader = (
+                    self.read.read_json_value_frozen if self.frozen else self.read.read_json_value
+                )
+                return json_value
             if name not in self.readers:
                 self.readers[name] = lambda d, p: self.readers[name](d, p)  # recursion
                 self.readers[name] = self._record_reader(node)
@@ -56,9 +55,9 @@ class _ReaderCompiler:
         if kind == "enum":
             return _enum_reader(tuple(node["symbols"]))
         if kind == "array":
-            return _array_reader(self.reader(node["items"]), self.frozen)
+            return _array_reader(self.reader(node["items"]), self.frozen, self.read)
         if kind == "map":
-            return _map_reader(self.reader(node["values"]), self.frozen)
+            return _map_reader(self.reader(node["values"]), self.frozen, self.read)
         raise ValueError(f"unsupported schema {node!r}")
 
     def union_table(self, branches: list[Any]) -> tuple[Reader | None, ...]:
@@ -108,7 +107,7 @@ class _ReaderCompiler:
         return out
 
     def _record_reader(self, node: dict[str, Any]) -> Reader:
-        src = RecordReaderSource(node["name"], self.frozen, node["name"] == self.root)
+        src = RecordReaderSource(node["name"], self.frozen, node["name"] == self.root, self.read)
         for f in node["fields"]:
             fname, ftype = f["name"], f["type"]
             rt = self.resolve(ftype)
@@ -153,7 +152,9 @@ def _enum_reader(symbols: tuple[str, ...]) -> Reader:
     return r_enum
 
 
-def _array_reader(items: Reader, frozen: bool) -> Reader:
+def _array_reader(items: Reader, frozen: bool, primitives: ModuleType) -> Reader:
+    read_block_count = primitives.read_block_count
+
     def r_array(data: bytes, pos: int) -> tuple[Any, int]:
         out: list[Any] = []
         n, pos = read_block_count(data, pos)
@@ -167,7 +168,9 @@ def _array_reader(items: Reader, frozen: bool) -> Reader:
     return r_array
 
 
-def _map_reader(values: Reader, frozen: bool) -> Reader:
+def _map_reader(values: Reader, frozen: bool, primitives: ModuleType) -> Reader:
+    read_block_count, read_str = primitives.read_block_count, primitives.read_str
+
     def r_map(data: bytes, pos: int) -> tuple[Any, int]:
         out: dict[str, Any] = {}
         n, pos = read_block_count(data, pos)
@@ -186,6 +189,6 @@ def compile_reader(schema: dict[str, Any], *, frozen: bool = False) -> Reader:
 
     ``frozen``: every object and array below the top record is the core's FrozenDict /
     FrozenList (the top record stays a plain dict: callers take envelope fields out of it); may
-    raise :class:`~schemas.avro_io.TooDeep`, see ``Codec.decode_frozen``.
+    raise :class:`~schemas.errors.TooDeep`, see ``Codec.decode_frozen``.
     """
     return _ReaderCompiler(schema, frozen).reader(schema)

@@ -253,6 +253,18 @@ def encode_reply(reply: AppendReply, *, codec: Codec | None = None) -> bytes:
 
 def decode_reply(data: bytes, *, codec: Codec | None = None) -> AppendReply:
     _, v = (codec or default_codec()).decode(data, APPEND_REPLY)
+    return _reply(v)
+
+
+def decode_reply_frozen(data: bytes, *, codec: Codec | None = None) -> AppendReply:
+    """:func:`decode_reply` whose events' objects and arrays are already the core's FrozenDict /
+    FrozenList (as :func:`decode_event_frozen`): ``EventRecord.to_event`` then shares them
+    instead of copying. For the client, which turns a read's replies into ``dsh.Event``s."""
+    _, v = (codec or default_codec()).decode_frozen(data, APPEND_REPLY)
+    return _reply(v)
+
+
+def _reply(v: dict[str, Any]) -> AppendReply:
     result = v["result"]
     head = (v["requestId"], v["clientId"], v["sessionId"])
     if "events" in result:

@@ -12,7 +12,7 @@ import schemas
 from dsh.errors import ValidationError
 from dsh.event import Event
 from dsh.json_snapshot import MAX_DEPTH, FrozenDict, FrozenList, freeze
-from schemas.avro_io import FROZEN_JSON_DEPTH
+from schemas.avro_read import FROZEN_JSON_DEPTH
 from tests.unit.test_codec_roundtrip import PROPS, any_events, session_ids
 
 
@@ -87,3 +87,22 @@ def test_frozen_decode_errors_are_the_plain_ones() -> None:
         with pytest.raises(schemas.CodecError) as frozen:
             schemas.decode_event_frozen(bad)
         assert type(frozen.value) is type(plain.value)
+
+
+@PROPS
+@given(ev=any_events, session_id=session_ids)
+def test_a_frozen_reply_is_a_frozen_plain_reply(ev: dict[str, Any], session_id: str) -> None:
+    data = schemas.encode_reply(schemas.AppendReply("r", "c", session_id, events=[ev, ev]))
+    plain = schemas.decode_reply(data)
+    frozen = schemas.decode_reply_frozen(data)
+    assert (frozen.request_id, frozen.client_id, frozen.session_id, frozen.error) == (
+        plain.request_id,
+        plain.client_id,
+        plain.session_id,
+        plain.error,
+    )
+    assert frozen.events is not None and plain.events is not None
+    for got, want in zip(frozen.events, plain.events, strict=True):
+        assert type(got.event) is dict
+        for key, value in want.event.items():
+            _same_shape(got.event[key], freeze(value))

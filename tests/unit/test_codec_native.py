@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import schemas
-from schemas import native
+from schemas import avro_read, native
 from schemas.codec import Codec
 from schemas.errors import CodecError
 from schemas.frames import draft_reader_schema
@@ -68,6 +68,38 @@ def test_the_codec_decodes_with_the_native_readers_unless_disabled() -> None:
     fingerprint = SAMPLE[2:10]
     assert type(NATIVE._reader(fingerprint).read).__name__ == "cython_function_or_method"
     assert type(PYTHON._reader(fingerprint).read).__name__ == "function"
+
+
+def test_the_native_readers_call_the_compiled_read_primitives() -> None:
+    compiled = native.read_primitives()
+    assert compiled is _built()
+    for name in ("read_long", "read_str", "read_block_count", "read_json_value"):
+        assert type(getattr(compiled, name)).__name__ == "cython_function_or_method", name
+    with native.disabled():
+        assert native.read_primitives() is avro_read
+
+
+def test_primitives_built_from_another_source_are_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A build left from an older schemas/avro_read.py would read bytes by old rules: the codec
+    takes the Python module, says so, and the build check fails."""
+    from schemas import native_build
+
+    edited = native.primitives_source() + "\n# edited since the build\n"
+    monkeypatch.setattr(native, "_primitives_key", native.primitives_key(edited))
+    assert native.read_primitives() is avro_read
+    assert "read primitives Python: stale build" in native.describe()
+    monkeypatch.setattr(native_build, "primitives_source", lambda: edited)
+    ok, message = native_build.check()
+    assert not ok and "avro_read.py" in message
+
+
+def test_the_module_source_holds_the_primitives_and_their_key() -> None:
+    primitives = "def read_long(data, pos):\n    return 0, pos\n"
+    text = module_source([], primitives)
+    assert primitives in text
+    assert f"PRIMITIVES_KEY = {native.primitives_key(primitives)!r}" in text
 
 
 def test_a_build_that_binds_a_name_the_codec_no_longer_has_falls_back_to_python() -> None:
