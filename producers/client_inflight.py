@@ -24,6 +24,7 @@ from producers import client_metrics as metrics
 from producers.errors import AppendTimeoutError, WriterUnavailableError
 from schemas import HEADER_READ_NEXT, HEADER_REQUEST, created_bare, decode_reply_frozen, header
 from servicekit import kafka_clients
+from servicekit.gc_tuning import collector_paused
 from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
 from servicekit.partition_reader import high_watermark
 from servicekit.settings import KafkaSettings
@@ -170,7 +171,10 @@ class InFlight:
                 first = self._replies.poll(0.02)
                 if first is not None:
                     for m in [first, *self._replies.consume(1000, 0)]:
-                        self._on_reply(m)
+                        # A read's reply is up to 512 KiB of events, all kept: decoded without
+                        # the collector rescanning them (and the caller's heap) as they pile up.
+                        with collector_paused():
+                            self._on_reply(m)
             except (KafkaAuthenticationError, KafkaTlsError) as exc:
                 # The login was refused (e.g. the credentials were revoked) or the broker's
                 # certificate no longer verifies: no reply will come, so every append waiting

@@ -92,7 +92,8 @@ def test_frozen_decode_errors_are_the_plain_ones() -> None:
 @PROPS
 @given(ev=any_events, session_id=session_ids)
 def test_a_frozen_reply_is_a_frozen_plain_reply(ev: dict[str, Any], session_id: str) -> None:
-    data = schemas.encode_reply(schemas.AppendReply("r", "c", session_id, events=[ev, ev]))
+    record = schemas.EventRecord(session_id, ev)
+    data = schemas.encode_reply(schemas.AppendReply("r", "c", session_id, events=(record, record)))
     plain = schemas.decode_reply(data)
     frozen = schemas.decode_reply_frozen(data)
     assert (frozen.request_id, frozen.client_id, frozen.session_id, frozen.error) == (

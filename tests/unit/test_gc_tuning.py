@@ -1,5 +1,6 @@
-"""servicekit.gc_tuning.built_frozen: what a block builds is frozen, the collector never ran
-meanwhile, and it is back on afterwards whatever the block did."""
+"""servicekit.gc_tuning: ``built_frozen`` freezes what a block builds, ``collector_paused``
+only pauses; in both the collector never ran meanwhile, and it is as it was afterwards whatever
+the block did."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from servicekit.gc_tuning import built_frozen
+from servicekit.gc_tuning import built_frozen, collector_paused
 
 
 class _Built:
@@ -61,6 +62,35 @@ def test_a_collector_someone_else_turned_off_stays_off() -> None:
     gc.disable()
     try:
         with built_frozen(True):
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_paused_block_runs_no_collection_and_freezes_nothing() -> None:
+    collections: list[int] = []
+    gc.callbacks.append(lambda phase, info: collections.append(1) if phase == "start" else None)
+    frozen = gc.get_freeze_count()
+    try:
+        with collector_paused():
+            inside = gc.isenabled()
+            built = [_Built() for _ in range(200_000)]
+            ran = len(collections)
+    finally:
+        gc.callbacks.pop()
+    assert len(built) == 200_000
+    assert not inside and ran == 0 and gc.get_freeze_count() == frozen
+    assert gc.isenabled()
+
+
+def test_a_paused_block_leaves_the_collector_as_it_found_it() -> None:
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("undecodable")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
             pass
         assert not gc.isenabled()
     finally:
