@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import secrets
 import time
 import uuid
@@ -168,8 +169,9 @@ def read_session_file(
         raise ImportFileError(f"{p}: cannot read: {exc.strerror}", code="FILE_UNREADABLE") from None
     try:
         # The bytes already read, not the path again: the hash names exactly what is
-        # imported.
-        header, entries = read_entries(raw.splitlines(keepends=True))
+        # imported. Split as a file opened in binary splits: only b"\n" ends a line (a bare
+        # b"\r", which bytes.splitlines also splits on, is JSON whitespace).
+        header, entries = read_entries(io.BytesIO(raw))
         events: list[dsh.Event] = []
         drafts: list[dict[str, Any]] = []
         for entry in entries:

@@ -88,3 +88,11 @@ def test_a_command_over_the_limit_is_split_in_halves(
     assert len(split.batches) > len(whole.batches)
     assert [d for b in split.batches for d in b.drafts] == drafts
     assert all(len(c) <= import_plan.COMMAND_MAX_BYTES for c in split.commands)
+
+
+def test_the_file_is_read_as_read_jsonl_reads_it_only_newline_ends_a_line(source: Path) -> None:
+    # A bare carriage return is JSON whitespace: it may sit between any two tokens.
+    source.write_bytes(source.read_bytes().replace(b',"seq":', b',\r"seq":'))
+    assert b"\r" in source.read_bytes()
+    _, events, _, _ = read_session_file(source)
+    assert events == dsh.formats.read_jsonl(source)[1]
