@@ -12,6 +12,7 @@ cluster-aware link (one connection per node, commands routed by hash slot) offer
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -130,11 +131,20 @@ class RedisLink:
         return read_replies(self._conn, n)
 
 
+# Redis before 7 reports a write refused inside a script as the script's failure, "ERR Error
+# running script (call to f_…): @user_script:1: @user_script: 1: -READONLY You can't write …".
+_SCRIPT_REFUSED = re.compile(r"@user_script: ?\d+: -READONLY ")
+
+
+def _refused_by_replica(reply: redis.ResponseError) -> bool:
+    return isinstance(reply, redis.ReadOnlyError) or bool(_SCRIPT_REFUSED.search(str(reply)))
+
+
 def read_replies(conn: Any, n: int) -> list[Any]:
     """The next ``n`` replies on ``conn``; a failed command's reply is its ResponseError.
     Socket timeouts, a closed connection and a write refused by a replica (``READONLY``: the
-    primary was demoted, as redis-py's Sentinel connection reads it) raise redis-py's
-    TimeoutError / ConnectionError."""
+    primary was demoted, as redis-py's Sentinel connection reads it; inside a script on Redis
+    before 7, the script's wrapped failure) raise redis-py's TimeoutError / ConnectionError."""
     parser = getattr(conn, "_parser", None)
     if type(parser) is _HiredisParser and parser._reader is not None:
         return _read_from_hiredis(parser, n)
@@ -142,14 +152,14 @@ def read_replies(conn: Any, n: int) -> list[Any]:
     for _ in range(n):
         try:
             results.append(conn.read_response())
-        except redis.ReadOnlyError as exc:  # a plain connection's; a Sentinel's raises as below
-            raise _demoted(exc) from exc
         except redis.ResponseError as exc:  # one command failed; the stream stays in step
+            if _refused_by_replica(exc):  # a plain connection's; a Sentinel's raises as below
+                raise _demoted(exc) from exc
             results.append(exc)
     return results
 
 
-def _demoted(exc: redis.ReadOnlyError) -> redis.ConnectionError:
+def _demoted(exc: redis.ResponseError) -> redis.ConnectionError:
     return redis.ConnectionError(f"the primary is now a replica (READONLY {exc})")
 
 
@@ -170,8 +180,8 @@ def _read_from_hiredis(parser: Any, n: int) -> list[Any]:
             reply = gets()
         if isinstance(reply, redis.ConnectionError):  # e.g. LOADING: as read_response raises
             raise reply
-        if isinstance(reply, redis.ReadOnlyError):  # the retry asks the Sentinels again
-            raise _demoted(reply)
+        if isinstance(reply, redis.ResponseError) and _refused_by_replica(reply):
+            raise _demoted(reply)  # the retry asks the Sentinels again
         append(reply)
     return results
 

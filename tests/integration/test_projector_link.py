@@ -107,3 +107,28 @@ def test_a_write_refused_by_a_demoted_primary_fails_the_batch_as_a_lost_connecti
         with pytest.raises(redis.ConnectionError, match="READONLY"):
             link.round_trip(batch)
     link.close()
+
+
+# What Redis before 7 answers when a script writes on a replica: the refusal wrapped in the
+# script's failure (the Redis 7 server under test sends the same reply from error_reply).
+_WRAPPED = (
+    "ERR Error running script (call to f_5fd2): @user_script:1: @user_script: 1: "
+    "-READONLY You can't write against a read only replica."
+)
+
+
+@pytest.mark.parametrize("parser", [_HiredisParser, _RESP2Parser])
+def test_a_script_refused_by_a_replica_before_redis_7_is_a_lost_connection_too(
+    redis_client: redis.Redis, parser: type
+) -> None:
+    port = redis_client.connection_pool.connection_kwargs["port"]
+    link = RedisLink(
+        redis.Redis(connection_pool=redis.ConnectionPool(port=port, parser_class=parser))
+    )
+    with pytest.raises(redis.ConnectionError, match="READONLY"):
+        link.round_trip([("EVAL", f"return redis.error_reply({_WRAPPED!r})", 0)])
+    # A script's own error that only mentions the word stays that command's reply.
+    mention = "ERR session -READONLY x is not writable"
+    (reply,) = link.round_trip([("EVAL", f"return redis.error_reply({mention!r})", 0)])
+    assert isinstance(reply, redis.ResponseError) and "-READONLY x" in str(reply)
+    link.close()
