@@ -84,6 +84,9 @@ class Loop(Generic[S]):
         self.stats = stats
         self.health = health  # told of each round, and of each retry while Redis is away
         self.inflight: Batch | None = None  # submitted to Redis, not settled yet
+        # Why the batch being retried failed, until one goes through: Redis may answer PING
+        # and still refuse every write (a replica), which only this shows.
+        self.writes_failing: str | None = None
         # The records of a batch that failed at a rebalance: they go again first.
         self._redo: list[Message] = []
         self._consumer: Consumer | None = None  # while run() runs
@@ -284,8 +287,10 @@ class Loop(Generic[S]):
         while True:
             try:
                 self.process(messages)
+                self.writes_failing = None
                 return
             except _RETRYABLE as exc:
+                self.writes_failing = f"{type(exc).__name__}: {exc}"
                 self.health.beat()  # waiting for Redis is progress: a restart would not help
                 self.store.reset()
                 if stop.is_set():

@@ -34,6 +34,9 @@ from servicekit.redis_clients import redis_unreachable
 from servicekit.settings import KafkaSettings
 
 S = TypeVar("S")
+# Readiness's code for a projector whose batch is being retried (Redis answers, writes fail).
+WRITES_FAILING = "REDIS_WRITES_FAILING"
+
 log = logging.getLogger("projectors")
 
 
@@ -68,7 +71,7 @@ class Runtime(Generic[S]):
             self.name, settings.sentinel_interval_s, self.marks, self.store, self.stats
         )
         self.health = health or Health()
-        self.health.check("redis", lambda: redis_unreachable(client))
+        self.health.check("redis", self._redis_not_ready)
         self.health.check("lag", self._lag_over_bound)
         self._membership: Membership | None = None  # while run() runs
         self.loop = Loop(
@@ -92,6 +95,13 @@ class Runtime(Generic[S]):
             lambda: self.loop.consumer,
         )
         load_all(client)
+
+    def _redis_not_ready(self) -> str | None:
+        """Redis answers PING and the last batch's writes went through, or why not."""
+        unreachable = redis_unreachable(self.redis)
+        if unreachable is not None or self.loop.writes_failing is None:
+            return unreachable
+        return f"[{WRITES_FAILING}] {self.loop.writes_failing}"
 
     @property
     def partitions(self) -> frozenset[int]:

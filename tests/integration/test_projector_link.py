@@ -3,6 +3,7 @@ their replies read in any order, a failed command is a value, a broken link fail
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,15 @@ from redis._parsers import _HiredisParser, _RESP2Parser
 
 from deploy.local.redis_server import RedisServer
 from projectors.link import RedisLink, raise_errors
+from projectors.views import Views
+from servicekit.health import failing
+from servicekit.settings import KafkaSettings
+from tests.integration.projector_support import (
+    events_of,
+    projectors_running,
+    publish,
+    simple_session,
+)
 from tests.support.waiting import wait_for
 
 
@@ -132,3 +142,38 @@ def test_a_script_refused_by_a_replica_before_redis_7_is_a_lost_connection_too(
     (reply,) = link.round_trip([("EVAL", f"return redis.error_reply({mention!r})", 0)])
     assert isinstance(reply, redis.ResponseError) and "-READONLY x" in str(reply)
     link.close()
+
+
+def test_a_projector_whose_writes_a_replica_refuses_is_not_ready_until_they_succeed(
+    topics: KafkaSettings, primary_and_replica: tuple[RedisServer, RedisServer]
+) -> None:
+    """The node DSH_REDIS_URL names is demoted to a replica and stays one (no Sentinel, no
+    address that follows the primary): it answers PING, so only the refused writes show it.
+    Readiness says so, and why, while the projector retries, and is back once the writes go
+    through (here: the node promoted again), with nothing of the session lost."""
+    primary, replica = primary_and_replica
+    first, second = (simple_session(f"ro-{uuid.uuid4().hex[:6]}-{n}", turns=2) for n in (1, 2))
+    with (
+        projectors_running(topics, f"redis://127.0.0.1:{primary.port}/0", names=["surface"]) as rt,
+        redis.Redis(port=primary.port) as node,
+        redis.Redis(port=replica.port) as other,
+    ):
+        health, views = rt["surface"].health, Views(node, timeout_s=30)
+        publish(topics, events_of(first))
+        views.surface(first.id, at_least=len(first) - 1)
+        wait_for(lambda: health.readiness()[0] == 200, 30, "ready on the primary")
+        other.replicaof("NO", "ONE")
+        node.replicaof("127.0.0.1", replica.port)
+        wait_for(lambda: node.role()[0] == b"slave", 30, "the node demoted")
+        publish(topics, events_of(second))
+
+        def refused() -> bool:
+            return "READONLY" in failing(health.readiness()[1]).get("redis", "")
+
+        wait_for(refused, 30, "readiness to name the refused writes")
+        status, body = health.readiness()
+        assert status == 503 and body["checks"]["redis"].startswith("[REDIS_WRITES_FAILING]")
+        node.replicaof("NO", "ONE")
+        wait_for(lambda: health.readiness()[0] == 200, 30, "ready once its writes go through")
+        view = views.surface(second.id, at_least=len(second) - 1)
+        assert view.messages == list(second.derive_messages())
