@@ -22,6 +22,11 @@ class RedisUnreachableError(SessionError):
     default_code = "REDIS_UNREACHABLE"
 
 
+@register_error
+class RedisReadOnlyError(SessionError):
+    default_code = "REDIS_READ_ONLY"
+
+
 def require_kafka(
     kafka: KafkaSettings, names: Sequence[str] = ("events",), timeout_s: float = 10.0
 ) -> dict[str, int]:
@@ -33,15 +38,21 @@ def require_kafka(
 
 
 def translate(exc: BaseException) -> SessionError | None:
-    """A Redis connection failure, or a setting a settings class refused, escaping a command,
-    as the error that names the fix. Looks the classes up only if redis (pydantic) was
-    imported at all: `import dsh` stays free of them."""
+    """A Redis connection failure, a write a replica refused, or a setting a settings class
+    refused, escaping a command, as the error that names the fix. Looks the classes up only if
+    redis (pydantic) was imported at all: `import dsh` stays free of them."""
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(exc, pydantic.ValidationError):
         from servicekit.settings import settings_error
 
         return settings_error(exc)
     redis = sys.modules.get("redis")
+    if redis is not None and isinstance(exc, redis.exceptions.ReadOnlyError):
+        return RedisReadOnlyError(
+            "Redis refused a write: the server DSH_REDIS_URL leads to is a replica (READONLY). "
+            "Point DSH_REDIS_URL at the primary, or name the Sentinels in DSH_REDIS_SENTINELS "
+            "so that every service follows the primary"
+        )
     if redis is not None and isinstance(
         exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
     ):

@@ -18,10 +18,12 @@ from servicekit.health import failing
 from servicekit.settings import KafkaSettings
 from tests.integration.projector_support import (
     events_of,
+    projector_env,
     projectors_running,
     publish,
     simple_session,
 )
+from tests.support.processes import free_port_run, run_dsh
 from tests.support.waiting import wait_for
 
 
@@ -177,3 +179,14 @@ def test_a_projector_whose_writes_a_replica_refuses_is_not_ready_until_they_succ
         wait_for(lambda: health.readiness()[0] == 200, 30, "ready once its writes go through")
         view = views.surface(second.id, at_least=len(second) - 1)
         assert view.messages == list(second.derive_messages())
+
+
+def test_a_projector_started_against_a_replica_names_it_and_exits(
+    topics: KafkaSettings, primary_and_replica: tuple[RedisServer, RedisServer]
+) -> None:
+    _, replica = primary_and_replica
+    env = projector_env(topics, f"redis://127.0.0.1:{replica.port}/0")
+    env["DSH_PROJECTOR_METRICS_PORT"] = str(free_port_run(1))
+    done = run_dsh(env, "project", "surface", timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "dsh: error [REDIS_READ_ONLY]" in done.stderr and "Traceback" not in done.stderr
