@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 import pydantic
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -210,6 +211,21 @@ class RedisSettings(StrictSettings):
     sentinel_password: SecretStr | None = None
     """Password of the Sentinels themselves (their `requirepass`), if they ask for one."""
 
+    @field_validator("url")
+    @classmethod
+    def _url_parses(cls, url: SecretStr) -> SecretStr:
+        # Checked here because redis-py's own complaint about a URL quotes it, and the URL may
+        # hold the password; so does Python's about a port, which is where a password with an
+        # unescaped "/", "#" or "?" ends up.
+        problem = _redis_url_problem(url.get_secret_value())
+        if problem:
+            raise ConfigError(
+                f"DSH_REDIS_URL is not a Redis URL: {problem} (its value is not shown: it may "
+                "hold a password; percent-encode any '/', '#', '?' or '@' in the password)",
+                code="BAD_REDIS_URL",
+            )
+        return url
+
     @model_validator(mode="after")
     def _tls_needs_rediss(self) -> RedisSettings:
         # A CA with a redis:// URL would be a plain connection that fails at its first use
@@ -306,3 +322,23 @@ def configure_codec() -> CodecSettings:
         raise ConfigError(f"codec settings: {exc}", code="BAD_CODEC_SETTING") from None
     native.configure(settings.native == "auto")
     return settings
+
+
+def _redis_url_problem(url: str) -> str | None:
+    """What redis-py would refuse in ``url`` (it raises at the first connection, quoting it),
+    said without any part of the URL; ``None`` when it parses."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            return "it must start with redis://, rediss:// or unix://"
+        if parts.scheme != "unix":
+            _ = parts.port  # raises for a port that is not a number, or out of range
+            database = parts.path.replace("/", "")
+            if database and not database.isdigit():
+                return "the database (the path after the host) is not a number"
+        for value in parse_qs(parts.query).get("db", []):
+            if not value.isdigit():
+                return "the db parameter is not a number"
+    except ValueError:
+        return "its port is not a number from 0 to 65535"
+    return None

@@ -170,6 +170,51 @@ def test_a_redis_ca_without_a_tls_url_is_refused() -> None:
     assert refused.value.code == "REDIS_TLS_URL"
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://:s3cret/pw@redis.internal:6379/0", "port"),  # an unescaped "/" in the password
+        ("redis.internal:6379", "redis://"),
+        ("redis://u:s3cret@redis.internal:99999/0", "port"),
+        ("redis://u:s3cret@redis.internal:6379/zero", "database"),
+        ("redis://u:s3cret@redis.internal:6379?db=one", "db parameter"),
+    ],
+)
+def test_a_redis_url_redis_py_would_refuse_is_refused_without_quoting_it(
+    url: str, problem: str
+) -> None:
+    """redis-py (and Python, for a port) would fail at the first connection with a message
+    quoting the URL, password included."""
+    with pytest.raises(ConfigError) as refused:
+        RedisSettings(url=SecretStr(url))
+    assert refused.value.code == "BAD_REDIS_URL"
+    assert problem in refused.value.message
+    assert "s3cret" not in refused.value.message and "redis.internal" not in refused.value.message
+
+
+def test_a_bad_redis_url_is_a_one_line_error_of_the_cli_without_the_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DSH_REDIS_URL", "redis://:s3cret/pw@127.0.0.1:6379/0")
+    assert main(["show", "surface", "some-session"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("dsh: error [BAD_REDIS_URL]: DSH_REDIS_URL ")
+    assert "s3cret" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:p%2Fw@127.0.0.1:6379/2",
+        "rediss://app:pw@redis.internal:6380/0?db=3",
+        "unix:///run/redis.sock?db=1",
+        "redis://127.0.0.1",
+    ],
+)
+def test_the_redis_urls_redis_py_takes_are_taken(url: str) -> None:
+    assert RedisSettings(url=SecretStr(url)).url.get_secret_value() == url
+
+
 def test_behind_sentinels_the_primary_gets_the_urls_tls_and_credentials(tmp_path: Path) -> None:
     """With Sentinels the URL gives the database only to the lookup: its TLS, user and
     password must still reach the primary (and TLS the Sentinels), or the connection is
