@@ -54,7 +54,13 @@ def translate(exc: BaseException) -> SessionError | None:
             "so that every service follows the primary"
         )
     if redis is not None and isinstance(
-        exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
+        exc,
+        redis.exceptions.ConnectionError
+        | redis.exceptions.TimeoutError
+        # A Redis Cluster none of whose nodes answers, or one that answers it is down (no
+        # primary for a slot): neither is a ConnectionError in redis-py.
+        | redis.exceptions.RedisClusterException
+        | redis.exceptions.ClusterDownError,
     ):
         return RedisUnreachableError(
             f"Redis did not answer ({exc}); is Redis running? `dsh up` starts it (or set "

@@ -241,6 +241,16 @@ def test_errors_name_the_fix(pipeline: Pipeline) -> None:
     assert (
         "dsh: error [REDIS_UNREACHABLE]" in no_redis.stderr and "Traceback" not in no_redis.stderr
     )
+    # redis-py says so of a Redis Cluster with another exception, not a ConnectionError.
+    no_cluster = _dsh(
+        {**env, "DSH_REDIS_URL": f"redis://127.0.0.1:{dead}/0", "DSH_REDIS_CLUSTER": "true"},
+        "show", "surface", "x",
+    )  # fmt: skip
+    assert no_cluster.returncode == 1
+    assert (
+        "dsh: error [REDIS_UNREACHABLE]" in no_cluster.stderr
+        and "Traceback" not in no_cluster.stderr
+    )
 
     unknown = _dsh(env, "show", "surface", "no-such-session")
     assert unknown.returncode == 1 and "dsh: error [SESSION_UNKNOWN]" in unknown.stderr
