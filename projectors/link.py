@@ -28,7 +28,8 @@ Command = tuple[Any, ...]
 class Pending:
     """The replies of one submitted batch, in order; a failed command's reply is its
     ResponseError. ``result()`` raises ConnectionError / TimeoutError when the connection broke
-    before every reply was read: then nothing is known about what Redis applied."""
+    before every reply was read: then nothing is known about what Redis applied; and
+    :class:`WritesRefusedError` when Redis refused a write for a state of its own."""
 
     __slots__ = ("_error", "_link", "_n", "_replies")
 
@@ -131,20 +132,59 @@ class RedisLink:
         return read_replies(self._conn, n)
 
 
+class WritesRefusedError(redis.ResponseError):
+    """Redis answered but refused the batch's writes for a state of its own, not of the data:
+    memory full (``OOM``), persistence failing (``MISCONF``), too few replicas
+    (``NOREPLICAS``), a script running too long (``BUSY``), an ACL (``NOPERM``). Nothing about
+    the session is wrong, so it is no gap to rebuild: the batch goes again, uncommitted, until
+    Redis takes it (the projector loop retries it; readiness says why meanwhile)."""
+
+    def __init__(self, code: str, reply: redis.ResponseError) -> None:
+        super().__init__(f"Redis refused the batch's writes ({code}): {reply}")
+        self.code = code
+
+
+# What Redis refuses writes with while the fault is its own and passes (or an operator fixes
+# it); READONLY (a replica) is a lost primary, read as a lost connection (:func:`_demoted`).
+_REFUSALS = frozenset({"OOM", "MISCONF", "NOREPLICAS", "BUSY", "NOPERM"})
 # Redis before 7 reports a write refused inside a script as the script's failure, "ERR Error
-# running script (call to f_…): @user_script:1: @user_script: 1: -READONLY You can't write …".
-_SCRIPT_REFUSED = re.compile(r"@user_script: ?\d+: -READONLY ")
+# running script (call to f_…): @user_script:1: @user_script: 1: -READONLY You can't write …"
+# (Redis 7 keeps the refusal's own code first). A script's own error that merely mentions a
+# code does not have this shape.
+_SCRIPT_REFUSED = re.compile(
+    r"@user_script: ?\d+: -(READONLY|" + "|".join(sorted(_REFUSALS)) + ") "
+)
 
 
-def _refused_by_replica(reply: redis.ResponseError) -> bool:
-    return isinstance(reply, redis.ReadOnlyError) or bool(_SCRIPT_REFUSED.search(str(reply)))
+def _refusal(reply: redis.ResponseError) -> str | None:
+    """The code of a write Redis refused for a state of its own, or None for a failed command."""
+    if isinstance(reply, redis.ReadOnlyError):
+        return "READONLY"
+    code = getattr(reply, "status_code", None)  # redis-py strips a known code off the message
+    if code in _REFUSALS:
+        return str(code)
+    wrapped = _SCRIPT_REFUSED.search(str(reply))
+    return wrapped.group(1) if wrapped else None
+
+
+def refused(reply: redis.ResponseError) -> redis.RedisError | None:
+    """What to raise for a refused write instead of reading it as the command's reply: a
+    replica's as a lost connection (the retry asks the Sentinels again), the others as
+    :class:`WritesRefusedError`."""
+    code = _refusal(reply)
+    if code is None:
+        return None
+    if code == "READONLY":
+        return _demoted(reply)
+    return WritesRefusedError(code, reply)
 
 
 def read_replies(conn: Any, n: int) -> list[Any]:
     """The next ``n`` replies on ``conn``; a failed command's reply is its ResponseError.
-    Socket timeouts, a closed connection and a write refused by a replica (``READONLY``: the
-    primary was demoted, as redis-py's Sentinel connection reads it; inside a script on Redis
-    before 7, the script's wrapped failure) raise redis-py's TimeoutError / ConnectionError."""
+    Socket timeouts and a closed connection raise redis-py's TimeoutError / ConnectionError; so
+    does a write refused by a replica (``READONLY``: the primary was demoted, as redis-py's
+    Sentinel connection reads it). A write refused for another state of Redis' own raises
+    :class:`WritesRefusedError`; both also when a script's failure wraps the refusal."""
     parser = getattr(conn, "_parser", None)
     if type(parser) is _HiredisParser and parser._reader is not None:
         return _read_from_hiredis(parser, n)
@@ -153,8 +193,9 @@ def read_replies(conn: Any, n: int) -> list[Any]:
         try:
             results.append(conn.read_response())
         except redis.ResponseError as exc:  # one command failed; the stream stays in step
-            if _refused_by_replica(exc):  # a plain connection's; a Sentinel's raises as below
-                raise _demoted(exc) from exc
+            error = refused(exc)  # a plain connection's READONLY; a Sentinel's raises as below
+            if error is not None:
+                raise error from exc
             results.append(exc)
     return results
 
@@ -180,8 +221,10 @@ def _read_from_hiredis(parser: Any, n: int) -> list[Any]:
             reply = gets()
         if isinstance(reply, redis.ConnectionError):  # e.g. LOADING: as read_response raises
             raise reply
-        if isinstance(reply, redis.ResponseError) and _refused_by_replica(reply):
-            raise _demoted(reply)  # the retry asks the Sentinels again
+        if isinstance(reply, redis.ResponseError):
+            error = refused(reply)
+            if error is not None:
+                raise error from reply  # the link drops the connection: replies are left unread
         append(reply)
     return results
 

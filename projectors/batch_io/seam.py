@@ -10,7 +10,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, RedisClusterException
 
-from projectors.link import raise_errors
+from projectors.link import raise_errors, refused
 
 RedisClient = redis.Redis | RedisCluster
 Command = tuple[Any, ...]
@@ -60,6 +60,11 @@ def pipelined(client: RedisClient, commands: Sequence[Command]) -> list[Any]:
         return pipe.execute()
     except (ClusterError, RedisClusterException) as exc:
         raise BatchNotApplied(f"Redis Cluster: {exc}") from exc
+    except redis.ResponseError as exc:  # e.g. BUSY: what the batches' replies raise too
+        error = refused(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def execute_checked(io: Link | BatchIO, commands: Sequence[Command]) -> None:

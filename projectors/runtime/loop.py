@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from projectors import metrics
 from projectors.batch_io import Pending
+from projectors.link import WritesRefusedError
 from projectors.records import Record, decode
 from projectors.runtime.batches import Plan, Planner
 from projectors.runtime.poison import PoisonRecords
@@ -40,8 +41,15 @@ S = TypeVar("S")
 log = logging.getLogger("projectors")
 
 # A batch that meets one of these is applied again from the start, with the one before it:
-# nothing of either was committed, and applying again is harmless.
-_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, KafkaException, PartitionReadError)
+# nothing of either was committed, and applying again is harmless. Writes Redis refused for a
+# state of its own (memory full, …) are no gap in a session: a rebuild would be refused too.
+_RETRYABLE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    WritesRefusedError,
+    KafkaException,
+    PartitionReadError,
+)
 # A synchronous offset commit has no timeout: it waits for the group coordinator. Past this
 # and the grace, the watchdog ends the process rather than let it wait for ever.
 _COMMIT_BOUND_S = 30.0

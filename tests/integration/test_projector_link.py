@@ -3,16 +3,25 @@ their replies read in any order, a failed command is a value, a broken link fail
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from redis._parsers import _HiredisParser, _RESP2Parser
 
 from deploy.local.redis_server import RedisServer
-from projectors.link import RedisLink, raise_errors
+from interpreters import offload_images
+from projectors.keys import Keys
+from projectors.link import RedisLink, WritesRefusedError, raise_errors
+from projectors.read_api import Reader
+from projectors.topic_reader import read_session
+from projectors.verify import verify
 from projectors.views import Views
 from servicekit.health import failing
 from servicekit.settings import KafkaSettings
@@ -24,6 +33,7 @@ from tests.integration.projector_support import (
     simple_session,
 )
 from tests.support.processes import free_port_run, run_dsh
+from tests.support.read_models import applied
 from tests.support.waiting import wait_for
 
 
@@ -144,6 +154,124 @@ def test_a_script_refused_by_a_replica_before_redis_7_is_a_lost_connection_too(
     (reply,) = link.round_trip([("EVAL", f"return redis.error_reply({mention!r})", 0)])
     assert isinstance(reply, redis.ResponseError) and "-READONLY x" in str(reply)
     link.close()
+
+
+# Writes Redis refuses for a state of its own, as Redis 7 answers them (the refusal's code
+# first, also from inside a script) and as Redis before 7 wraps them in a script's failure.
+_REFUSALS = [
+    "OOM command not allowed when used memory > 'maxmemory'.",
+    "OOM command not allowed when used memory > 'maxmemory'. script: 5fd2, on @user_script:1.",
+    "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist",
+    "NOREPLICAS Not enough good replicas to write.",
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+    "NOPERM this user has no permissions to run the 'set' command",
+    *(
+        f"ERR Error running script (call to f_5fd2): @user_script:1: @user_script: 1: -{r}"
+        for r in (
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "MISCONF Errors writing to the AOF file: No space left on device",
+            "NOREPLICAS Not enough good replicas to write.",
+        )
+    ),
+]
+
+
+@pytest.mark.parametrize("parser", [_HiredisParser, _RESP2Parser])
+@pytest.mark.parametrize("refusal", _REFUSALS)
+def test_a_write_redis_refuses_for_its_own_state_fails_the_batch_not_the_command(
+    redis_client: redis.Redis, parser: type, refusal: str
+) -> None:
+    """Such a refusal says nothing about the session (read as its command's reply, it was a
+    gap, and the rebuild was refused too): the whole batch fails, to be sent again."""
+    port = redis_client.connection_pool.connection_kwargs["port"]
+    link = RedisLink(
+        redis.Redis(connection_pool=redis.ConnectionPool(port=port, parser_class=parser))
+    )
+    with pytest.raises(WritesRefusedError, match=refusal.split()[-1]) as refused:
+        link.round_trip([("INCR", "n"), ("EVAL", f"return redis.error_reply({refusal!r})", 0)])
+    assert refused.value.code in refusal
+    # A script's own error that merely names a code stays its command's reply.
+    mention = "ERR session -OOM x is BUSY"
+    (reply,) = link.round_trip([("EVAL", f"return redis.error_reply({mention!r})", 0)])
+    assert isinstance(reply, redis.ResponseError) and not isinstance(reply, WritesRefusedError)
+    link.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of this test's own: it is made to refuse writes."""
+    from deploy.local.processes import free_ports
+
+    (port,) = free_ports(1)
+    server = RedisServer(tmp_path / "own", port, persistent=False)
+    try:
+        server.start()
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def _ready(rt: Any) -> bool:
+    return bool(rt.health.readiness()[0] == 200)
+
+
+def _applied_all(node: redis.Redis, projection: str, session: Any) -> bool:
+    return applied(node, projection, session.id) == len(session) - 1
+
+
+def test_a_projector_whose_redis_is_out_of_memory_waits_for_it_and_rebuilds_nothing(
+    topics: KafkaSettings, own_redis: RedisServer
+) -> None:
+    """Redis at maxmemory (noeviction) refuses every write with OOM while PING still answers.
+    The projectors retry their batch, not ready and saying why, and neither rebuild a session
+    (it lost nothing) nor exit; once memory is freed they catch up, and the read models match
+    the core's."""
+    first, second, third = (
+        simple_session(f"oom-{uuid.uuid4().hex[:6]}-{n}", turns=2) for n in (1, 2, 3)
+    )
+    half = len(events_of(second)) // 2
+    url = f"redis://127.0.0.1:{own_redis.port}/0"
+    with (
+        projectors_running(topics, url) as runtimes,
+        redis.Redis(port=own_redis.port) as node,
+    ):
+        views = Views(node, timeout_s=30)
+        publish(topics, [*events_of(first), *events_of(second)[:half]])
+        views.surface(second.id, at_least=half - 1)
+        for rt in runtimes.values():
+            wait_for(partial(_ready, rt), 30, "ready")
+        node.config_set("maxmemory-policy", "noeviction")
+        node.config_set("maxmemory", 1)
+        publish(topics, [*events_of(second)[half:], *events_of(third)])
+
+        for name, rt in runtimes.items():
+
+            def refused(rt: Any = rt) -> bool:
+                return "(OOM)" in failing(rt.health.readiness()[1]).get("redis", "")
+
+            wait_for(refused, 30, f"{name}'s readiness to name the refused writes")
+            assert failing(rt.health.readiness()[1])["redis"].startswith("[REDIS_WRITES_FAILING]")
+        time.sleep(1)  # retries meanwhile: none may rebuild, nor end a projector
+        alive = {t.name for t in threading.enumerate()}
+        for name, rt in runtimes.items():
+            assert f"projector-{name}" in alive
+            assert rt.stats["rebuilt"] == 0 and rt.stats["gap"] == 0, (name, rt.stats)
+        node.config_set("maxmemory", 0)
+        for rt in runtimes.values():
+            wait_for(partial(_ready, rt), 30, "ready once its writes go through")
+        views.surface(third.id, at_least=len(third) - 1)
+        views.surface(second.id, at_least=len(second) - 1)
+        for name, rt in runtimes.items():
+            assert rt.stats["rebuilt"] == 0 and rt.stats["gap"] == 0, (name, rt.stats)
+        reader = Reader(node, Keys())
+        for session in (first, second, third):
+            for name in runtimes:  # each projector has applied the session's last seq
+                done = partial(_applied_all, node, name, session)
+                wait_for(done, 30, f"{name} to apply {session.id}")
+            log = read_session(topics, session.id)
+            report = verify(session.id, log, reader, {"image/offload": offload_images})
+            assert report.ok, "\n".join(report.differences)
 
 
 def test_a_projector_whose_writes_a_replica_refuses_is_not_ready_until_they_succeed(
