@@ -66,16 +66,20 @@ def follow(
     """The transcript entries after seq ``after``, live, for ever (`dsh tail`, the HTTP API's
     stream). ``None`` after each ``block_ms`` without an entry, so a caller can stop or send
     a keep-alive; a blocked session ends it with ``SessionBlockedError`` (no entry would ever
-    come). An unknown session is waited for, as its first append may be on its way."""
+    come), after every entry applied before the block. An unknown session is waited for, as
+    its first append may be on its way."""
     key = reader.keys.session(session_id, "transcript")
     while True:
+        # The marker first, the entries after it: read in this order, the entries include
+        # every one applied before the block (none follows it), and they are all yielded
+        # before the session is said to be blocked.
         blocked = reader.blocked("transcript", session_id)
-        if blocked is not None:
-            raise SessionBlockedError(blocked_message("transcript", session_id, blocked))
         entries = reader.transcript(session_id, after)
         for entry in entries:
             yield entry
             after = entry.seq
+        if blocked is not None:
+            raise SessionBlockedError(blocked_message("transcript", session_id, blocked))
         if not entries:
             # Wakes at the next entry; the blocked marker is checked again after at most
             # block_ms (a block adds no entry).

@@ -22,7 +22,8 @@ from projectors.errors import (
 )
 from projectors.keys import Keys
 from projectors.settings import ProjectorSettings
-from projectors.views import Views
+from projectors.transcript import kind_of
+from projectors.views import Views, follow
 from servicekit.settings import ConfigError, KafkaSettings, RedisSettings
 from tests.conftest import Servers
 from tests.integration.projector_support import (
@@ -34,6 +35,7 @@ from tests.integration.projector_support import (
 )
 from tests.integration.writer_support import running_writer, writer_settings
 from tests.support.builders import user
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -85,6 +87,27 @@ def test_a_blocked_session_says_where_and_why_and_carries_the_view_to_the_block(
     view = raised.value.view
     assert view is not None and view.blocked is not None
     assert -1 <= view.applied < len(needs) - 1  # up to the block, not past it
+
+
+def test_following_a_blocked_session_yields_every_entry_before_the_block_then_ends(
+    topics: KafkaSettings, servers: Servers, views: Views
+) -> None:
+    """`dsh tail` and the HTTP stream: the entries applied before the block (here in the batch
+    that blocked the session) come first, then SessionBlockedError; from a seq on, the rest."""
+    session = simple_session(f"follow-{uuid.uuid4().hex[:6]}", turns=2)
+    publish(topics, [*events_of(session), (session.id, b"definitely not avro")])
+    reader = views.reader
+    with projectors_running(topics, servers.redis_url, names=("transcript",)):
+        wait_for(lambda: reader.blocked("transcript", session.id) is not None, 30, "the block")
+    want = [ev.seq for ev in session.events() if kind_of(ev) is not None]
+    assert want and [e.seq for e in reader.transcript(session.id)] == want
+    for after, expected in ((-1, want), (want[1], want[2:])):
+        got: list[int] = []
+        with pytest.raises(SessionBlockedError, match="transcript"):
+            for entry in follow(reader, session.id, after=after, block_ms=50):
+                assert entry is not None  # never waits: the entries, then the block
+                got.append(entry.seq)
+        assert got == expected
 
 
 def test_a_read_during_a_rebuild_waits_for_it_and_says_so_when_it_outlasts_the_bound(
