@@ -67,8 +67,11 @@ def read_sessions(
     partition: int,
     session_ids: Collection[str],
     progress: Progress | None = None,
+    beat: Callable[[], None] | None = None,
 ) -> dict[str, list[Record | Poison]]:
-    """``progress(records, total)`` as the partition is scanned; last with the real count."""
+    """``progress(records, total)`` as the partition is scanned; last with the real count.
+    ``beat()`` every thousand records: a service's liveness, as a scan of a large partition
+    can outlast its stall bound while making progress (a stalled read fails on its own)."""
     wanted = set(session_ids)
     out: dict[str, list[Record | Poison]] = {sid: [] for sid in wanted}
     total = offsets_in(kafka, topic, [partition]) if progress is not None else 0
@@ -77,8 +80,11 @@ def read_sessions(
         records += 1
         if item.session_id in wanted:
             out[item.session_id].append(item)
-        if progress is not None and records % 10_000 == 0:
-            progress(records, total)
+        if records % 1_000 == 0:
+            if beat is not None:
+                beat()
+            if progress is not None and records % 10_000 == 0:
+                progress(records, total)
     if progress is not None:
         progress(records, records)
     return out

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
@@ -48,6 +48,7 @@ class Rebuilds(Generic[S]):
         planner: Planner[S],
         poison: PoisonRecords,
         stats: Counter[str],
+        beat: Callable[[], None] = lambda: None,
     ) -> None:
         self.projection = projection
         self.name = projection.name
@@ -58,6 +59,9 @@ class Rebuilds(Generic[S]):
         self.planner = planner
         self.poison = poison
         self.stats = stats
+        # The service's liveness, beaten as a rebuild makes progress: a gap's rebuild scans
+        # its partition from the start, which may take longer than the stall bound.
+        self.beat = beat
 
     def rebuild(self, sessions: Mapping[int, set[str]], cause: str) -> None:
         """Replace each session's keys (partition → sessions) with a projection of its whole
@@ -72,7 +76,8 @@ class Rebuilds(Generic[S]):
                     extra={"session": sid, "partition": partition, "cause": cause},
                 )
             with self.marked(sids, cause):
-                self.rebuild_logs(read_sessions(self.kafka, self.topic, partition, sids), cause)
+                logs = read_sessions(self.kafka, self.topic, partition, sids, beat=self.beat)
+                self.rebuild_logs(logs, cause)
 
     @contextmanager
     def marked(self, sids: Collection[str], cause: str) -> Iterator[None]:
@@ -148,6 +153,7 @@ class Rebuilds(Generic[S]):
             if len(batch) >= chunk:
                 raise_errors(link.round_trip(batch))
                 batch = []
+                self.beat()
         if batch:
             raise_errors(link.round_trip(batch))
         return applied

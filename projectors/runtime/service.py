@@ -63,14 +63,21 @@ class Runtime(Generic[S]):
         self.store = SessionStore(projection, client, settings.cache_sessions)
         self.poison = PoisonRecords(kafka, self.name, self.topic, self.stats)
         self.planner = Planner(projection, self.store.cache, self.stats, self.topic)
+        self.health = health or Health()
         self.rebuilds = Rebuilds(
-            projection, kafka, self.topic, self.store, self.planner, self.poison, self.stats
+            projection,
+            kafka,
+            self.topic,
+            self.store,
+            self.planner,
+            self.poison,
+            self.stats,
+            self.health.beat,
         )
         self.marks = Marks(client, self.keys, self.name, self.instance)
         self.watch = RedisWatch(
             self.name, settings.sentinel_interval_s, self.marks, self.store, self.stats
         )
-        self.health = health or Health()
         self.health.check("redis", self._redis_not_ready)
         self.health.check("lag", self._lag_over_bound)
         self._membership: Membership | None = None  # while run() runs

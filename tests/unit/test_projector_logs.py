@@ -71,7 +71,7 @@ def lines(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime[Any]:
     monkeypatch.setattr(poison_module, "DeadLetters", _NoDeadLetters)
-    monkeypatch.setattr(rebuilds_module, "read_sessions", lambda *args: {})
+    monkeypatch.setattr(rebuilds_module, "read_sessions", lambda *args, **kwargs: {})
     # No Redis here to hold the readers' "being rebuilt" marks.
     monkeypatch.setattr(rebuilds_module.Rebuilds, "marked", lambda *args: nullcontext())
     return Runtime(
