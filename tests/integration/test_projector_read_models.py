@@ -203,3 +203,38 @@ def test_the_recent_index_lists_the_sessions_that_moved_last(
     ]
     assert [r["session_id"] for r in inspection.recent((tag,), 1)] == [newer.id]
     assert inspection.recent(("nobody-" + tag,), 10) == []
+
+
+def test_verify_without_an_interpreter_the_log_needs_checks_what_it_can(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    """A `dsh verify` whose process lacks the image/offload interpreter cannot restore the
+    session with the core. That says nothing about the transcript and audit (they apply any
+    projection type the writer took, never block on it): they are checked against the log.
+    The surface matches if its projector lacked the interpreter too (blocked); if it had it,
+    the report says the surface could not be verified, and why, not that it is wrong."""
+    reader = Reader(redis_client, Keys())
+    lacking = scripted_session(f"sess-no-interp-{uuid.uuid4().hex[:6]}").session
+    publish(topics, events_of(lacking))
+    with projectors_running(topics, servers.redis_url, projections=""):
+        done = {"transcript": len(lacking) - 1, "audit": len(lacking) - 1}
+        wait_for(
+            lambda: (
+                all(applied(redis_client, p, lacking.id) == s for p, s in done.items())
+                and reader.blocked("surface", lacking.id) is not None
+            ),
+            what="the transcript and audit applied, the surface blocked",
+        )
+    report = verify(lacking.id, read_session(topics, lacking.id), reader, {})
+    assert report.ok, "\n".join(report.differences)
+    assert report.blocked_reason and "PROJECTION_INTERPRETER_MISSING" in report.blocked_reason
+
+    having = _projected_script(topics, redis_client, servers.redis_url, "sess-interp-had")
+    report = verify(having.id, read_session(topics, having.id), reader, {})
+    assert len(report.differences) == 1, report.differences
+    assert report.differences[0].startswith("surface: not verified")
+
+    # A transcript that is wrong is still found.
+    redis_client.xtrim(KEYS.session(lacking.id, "transcript"), maxlen=3, approximate=False)
+    report = verify(lacking.id, read_session(topics, lacking.id), reader, {})
+    assert [d.split(":")[0] for d in report.differences] == ["transcript entries"]
