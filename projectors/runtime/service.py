@@ -185,10 +185,15 @@ class Runtime(Generic[S]):
         """Apply records read after :meth:`rebuild_logs` wrote their sessions, next seq only
         (see :meth:`.rebuilds.Rebuilds.catch_up`)."""
         self.rebuilds.catch_up(items)
+        self.store.evict()
 
     def rebuild_logs(
         self, logs: Mapping[str, Sequence[Record | Poison]], cause: str, chunk: int = 20_000
     ) -> int:
         """Project each session's whole log into its keys; returns the events applied (see
-        :meth:`.rebuilds.Rebuilds.rebuild_logs`)."""
-        return self.rebuilds.rebuild_logs(logs, cause, chunk)
+        :meth:`.rebuilds.Rebuilds.rebuild_logs`). The states it leaves cached are cut back to
+        ``DSH_PROJECTOR_CACHE_SESSIONS`` after each call (a replay calls it per partition), so
+        a whole-topic replay holds one partition's states at most, not the topic's."""
+        applied = self.rebuilds.rebuild_logs(logs, cause, chunk)
+        self.store.evict()
+        return applied

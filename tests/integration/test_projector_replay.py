@@ -166,3 +166,24 @@ def test_a_whole_topic_scan_for_a_replay_reads_one_partition_after_another(
             read_before = {p for k, p in seen[:i] if k == "record" and p != q}
             ended = {p for k, p in seen[:i] if k == "end"}
             assert read_before <= ended, seen
+
+
+def test_a_whole_topic_replay_keeps_the_cache_to_its_size(
+    topics: KafkaSettings, redis_client: redis.Redis, servers
+) -> None:
+    """Each rebuilt session's state is cached (the catch-up plans against it); a replay of the
+    whole topic kept them all, so its memory grew with the topic. It keeps at most
+    DSH_PROJECTOR_CACHE_SESSIONS once a partition is done."""
+    sessions = [simple_session(f"replay-cached-{i}", turns=1) for i in range(16)]
+    publish(topics, interleave(*sessions))
+    settings = ProjectorSettings(projections="", cache_sessions=2, replay_workers=1)
+    redis_settings = RedisSettings(url=SecretStr(servers.redis_url))
+    runtimes = [build_runtime(n, topics, redis_settings, settings) for n in ("surface", "audit")]
+    result = replay(topics, runtimes)
+    assert result.sessions == len(sessions)
+    for rt in runtimes:
+        assert len(rt.store.cache) <= 2, (rt.name, len(rt.store.cache))
+    reader = Reader(redis_client, Keys())
+    for session in sessions:
+        assert applied(redis_client, "surface", session.id) == len(session) - 1
+        assert reader.audit(session.id).applied == len(session) - 1
