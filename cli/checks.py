@@ -27,6 +27,21 @@ class RedisReadOnlyError(SessionError):
     default_code = "REDIS_READ_ONLY"
 
 
+@register_error
+class RedisWritesRefusedError(SessionError):
+    default_code = "REDIS_WRITES_REFUSED"
+
+
+# What to do about each state Redis refuses writes in (projectors.link.WritesRefusedError).
+_REFUSAL_FIXES = {
+    "OOM": "Redis is at its maxmemory: free memory or raise maxmemory",
+    "MISCONF": "Redis cannot save to its disk: fix its dir or disk, or its save setting",
+    "NOREPLICAS": "fewer replicas answer Redis than its min-replicas-to-write",
+    "BUSY": "a script is running in Redis: wait for it, or SCRIPT KILL it",
+    "NOPERM": "the ACL user of DSH_REDIS_URL / DSH_REDIS_USERNAME may not run the command",
+}
+
+
 def require_kafka(
     kafka: KafkaSettings, names: Sequence[str] = ("events",), timeout_s: float = 10.0
 ) -> dict[str, int]:
@@ -38,9 +53,10 @@ def require_kafka(
 
 
 def translate(exc: BaseException) -> SessionError | None:
-    """A Redis connection failure, a write a replica refused, or a setting a settings class
-    refused, escaping a command, as the error that names the fix. Looks the classes up only if
-    redis (pydantic) was imported at all: `import dsh` stays free of them."""
+    """A Redis connection failure, a write a replica (or Redis' own state) refused, or a
+    setting a settings class refused, escaping a command, as the error that names the fix.
+    Looks the classes up only if redis (pydantic) was imported at all: `import dsh` stays free
+    of them."""
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(exc, pydantic.ValidationError):
         from servicekit.settings import settings_error
@@ -53,6 +69,15 @@ def translate(exc: BaseException) -> SessionError | None:
             "Point DSH_REDIS_URL at the primary, or name the Sentinels in DSH_REDIS_SENTINELS "
             "so that every service follows the primary"
         )
+    if redis is not None and isinstance(exc, redis.exceptions.ResponseError):
+        from projectors.link import WritesRefusedError, refused
+
+        refusal = exc if isinstance(exc, WritesRefusedError) else refused(exc)
+        if isinstance(refusal, WritesRefusedError):
+            return RedisWritesRefusedError(
+                f"{refusal}; {_REFUSAL_FIXES.get(refusal.code, 'see the Redis log')}, then run "
+                "the command again"
+            )
     if redis is not None and isinstance(
         exc,
         redis.exceptions.ConnectionError

@@ -318,3 +318,23 @@ def test_a_projector_started_against_a_replica_names_it_and_exits(
     done = run_dsh(env, "project", "surface", timeout=60)
     assert done.returncode == 1, done.stderr
     assert "dsh: error [REDIS_READ_ONLY]" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_command_whose_writes_redis_refuses_names_the_refusal(
+    topics: KafkaSettings, own_redis: RedisServer
+) -> None:
+    """`dsh replay` against a Redis out of memory: the refusal and its fix, not a traceback."""
+    session = simple_session(f"oom-cli-{uuid.uuid4().hex[:6]}", turns=1)
+    publish(topics, events_of(session))
+    env = projector_env(topics, f"redis://127.0.0.1:{own_redis.port}/0")
+    with redis.Redis(port=own_redis.port) as node:
+        node.config_set("maxmemory-policy", "noeviction")
+        node.config_set("maxmemory", 1)
+        try:
+            done = run_dsh(env, "replay", session.id, timeout=60)
+        finally:
+            node.config_set("maxmemory", 0)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "dsh: error [REDIS_WRITES_REFUSED]" in done.stderr, done.stderr
+    assert "OOM" in done.stderr and "maxmemory" in done.stderr
+    assert "Traceback" not in done.stderr
