@@ -148,6 +148,11 @@ class Residency:
                 del self.leaving[session_id]
                 self.evicted[session_id] = stub
 
+    def stub(self, session_id: str) -> Evicted | None:
+        """Where the evicted (or leaving) session is found again; None if it is not evicted."""
+        left = self.leaving.get(session_id)
+        return left[1] if left is not None else self.evicted.get(session_id)
+
     def take_back(self, session_id: str) -> SessionState | None:
         """The session's state if it was evicted (restored from the topics if need be), or
         None if this partition never had it."""

@@ -20,6 +20,7 @@ from dsh.projections import Interpreter
 from producers.writer.rejections import DEFAULT_SLOTS, Rejections, Slot, is_slot_key
 from producers.writer.residency import Budget, Evicted
 from producers.writer.state import (
+    Checkpoint,
     PartitionState,
     SessionState,
     rebuild,
@@ -41,9 +42,47 @@ from servicekit.partition_reader import high_watermark, read_partitions
 CHECKPOINT_KEY = b"\x00checkpoint"
 
 
-def checkpoint_offset(snapshot: WriterSnapshot) -> int:
+@dataclass(frozen=True)
+class CheckpointMark:
+    """A checkpoint as a restore reads it: the events topic is read from ``start``; below
+    ``covered``, snapshots cover every session's events but those of ``unsnapshotted``
+    (session id key -> an events offset at or before its first event no snapshot covers)."""
+
+    start: int
+    covered: int
+    unsnapshotted: dict[bytes, int]
+
+    def skips(self, offset: int, key: bytes | None) -> bool:
+        """Whether the events record at ``offset`` with ``key`` is covered by a snapshot."""
+        if offset >= self.covered:
+            return False
+        since = self.unsnapshotted.get(key or b"")
+        return since is None or offset < since
+
+
+def checkpoint_state(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The checkpoint record's state. ``eventsOffset`` alone is a sound place to read the
+    whole partition from (a reader that knows no more skips by its snapshots' last seqs); the
+    sessions too large to snapshot let one that does skip the other sessions' records."""
+    froms = checkpoint.unsnapshotted
+    if not froms:
+        return {"eventsOffset": checkpoint.offset}
+    return {
+        "eventsOffset": min(checkpoint.offset, *froms.values()),
+        "coveredOffset": checkpoint.offset,
+        "unsnapshotted": dict(sorted(froms.items())),
+    }
+
+
+def checkpoint_mark(snapshot: WriterSnapshot) -> CheckpointMark:
     state = snapshot.state if isinstance(snapshot.state, dict) else {}
-    return int(state.get("eventsOffset", 0))
+    start = int(state.get("eventsOffset", 0))
+    froms = state.get("unsnapshotted") or {}
+    return CheckpointMark(
+        start,
+        int(state.get("coveredOffset", start)),
+        {sid.encode(): int(offset) for sid, offset in froms.items()},
+    )
 
 
 def snapshot_bare(snapshot: WriterSnapshot) -> bool:
@@ -118,7 +157,9 @@ def restore_partition(
 ) -> PartitionState:
     """Sessions of the partition from their latest snapshots plus the events after the last
     checkpoint. A checkpoint at events offset X promises that every session with an event
-    below X has a snapshot covering those events, so the events topic is read from X only.
+    below X has a snapshot covering those events, so the events topic is read from X only;
+    but for the sessions it names as too large to snapshot, whose events are read from where
+    it says they start (the other sessions' records before X are skipped undecoded).
     The remembered rejections come from the same topic (``producers.writer.rejections``).
 
     With a ``budget`` (the partition's share of the writer's), the restore builds only the
@@ -131,6 +172,7 @@ def restore_partition(
     snapshots_end = 0
     slots: list[Slot] = [] if _slots is None else _slots
     start = 0
+    mark = CheckpointMark(0, 0, {})
     if use_snapshots:
         end = high_watermark(probe, snapshots_topic, partition)
         checkpoint: Message | None = None
@@ -144,7 +186,8 @@ def restore_partition(
             else:
                 heads.add(message.offset() or 0, message.value() or b"")
         if checkpoint is not None:
-            start = checkpoint_offset(decode_snapshot(checkpoint.value() or b""))
+            mark = checkpoint_mark(decode_snapshot(checkpoint.value() or b""))
+            start = mark.start
         snapshots_end = end
     end = high_watermark(probe, events_topic, partition)
     logs: dict[str, list[dict[str, Any]]] = {}
@@ -164,6 +207,8 @@ def restore_partition(
     tail_at: dict[str, int] = {}  # session id -> offset of its first event after its snapshot
     ranges = {partition: (start or None, end)}  # from its first offset unless checkpointed
     for message in read_partitions(reader, events_topic, ranges, timeout_s):
+        if mark.skips(message.offset() or 0, message.key()):
+            continue
         try:
             record = decode_event_frozen(message.value() or b"")
         except SessionError as exc:

@@ -59,8 +59,9 @@ class WriterSettings(StrictSettings):
     max_command_bytes: Annotated[int, Field(ge=1)] = 512 * KIB
     """Largest encoded command; a larger one is rejected with `COMMAND_TOO_LARGE`."""
     max_snapshot_bytes: Annotated[int, Field(ge=1)] = 900 * KIB
-    """Largest snapshot; a session whose snapshot is larger restores from its events alone.
-    Keep it under the broker's record size limit."""
+    """Largest snapshot; a session whose snapshot is larger restores from its events alone,
+    which checkpoints name so that a restore reads them from their start. Keep it under the
+    broker's record size limit."""
     max_resident_sessions: Annotated[int, Field(ge=0)] = 0
     """Most sessions the writer keeps in memory, shared evenly by the partitions it owns (`0`:
     no limit). Past it, the least recently used are evicted (snapshotted first if need be)

@@ -3,9 +3,11 @@ plus a tail of the events topic instead of the whole partition (:mod:`.restore`)
 
 A session is snapshotted every ``snapshot_every`` of its events. Every ``checkpoint_every``
 events of a partition, a checkpoint records an events offset X below which snapshots cover
-everything: a restore reads the events topic from X on. The batch's remembered rejections go
-to the same topic (:mod:`.rejections`). Everything here goes into the open transaction
-through an :class:`~producers.writer.journal.Outbox`; no Kafka client is involved.
+everything but the sessions too large to snapshot, which it names with where their events
+start: a restore reads the events topic from X on, and those sessions' events from earlier.
+The batch's remembered rejections go to the same topic (:mod:`.rejections`). Everything here
+goes into the open transaction through an :class:`~producers.writer.journal.Outbox`; no Kafka
+client is involved.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from collections.abc import Callable
 
 from producers.writer import metrics
 from producers.writer.journal import SNAPSHOT, Outbox
-from producers.writer.restore import CHECKPOINT_KEY
-from producers.writer.state import PartitionState
+from producers.writer.restore import CHECKPOINT_KEY, checkpoint_state
+from producers.writer.state import Checkpoint, PartitionState
 from schemas import WriterSnapshot, encode_snapshot
 
 # Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
@@ -120,7 +122,12 @@ class Snapshots:
         with the sessions that have events no snapshot covers; those are snapshotted a few per
         batch (``CHECKPOINT_BYTES_PER_BATCH``) rather than all in one transaction, which would
         stall every command behind megabytes of snapshots; once the last is written, so is
-        the checkpoint."""
+        the checkpoint.
+
+        A session too large to snapshot cannot be covered: the checkpoint names it with where
+        its uncovered events start, and a restore reads the events topic from the earliest of
+        those, skipping every other session's records below X (:mod:`.restore`). So one such
+        session costs a restore its own events, not the partition's traffic since it grew."""
         if state.checkpoint is None:
             every = self.checkpoint_every
             if not every or state.events_since_checkpoint < every:
@@ -133,24 +140,29 @@ class Snapshots:
             if self.snapshots_end is not None:
                 state.snapshots_mark = self.snapshots_end(state.partition)
             # Popped from the end: sorted in reverse, so sessions go in id order.
-            state.checkpoint = (offset, sorted(state.dirty, reverse=True))
+            state.checkpoint = Checkpoint(offset, sorted(state.dirty, reverse=True))
             state.events_since_checkpoint = 0
-        offset, uncovered = state.checkpoint
+        checkpoint = state.checkpoint
+        uncovered = checkpoint.uncovered
         budget = CHECKPOINT_BYTES_PER_BATCH
         while uncovered and budget > 0:
             session_id = uncovered.pop()
             if session_id not in state.dirty:
                 continue  # snapshotted since, on its own schedule
             size = self._snapshot(state, session_id, outbox)
-            if size is None:
-                state.checkpoint = None  # a session too large to snapshot: no promise
+            if size is not None:
+                budget -= size
+                continue
+            events_from = state.events_from(session_id)
+            if events_from is None or session_id in state.broken:
+                state.checkpoint = None  # nowhere to say its events are: no promise
                 return
-            budget -= size
+            checkpoint.unsnapshotted[session_id] = events_from
         if uncovered:
             return
         state.checkpoint = None
         value = encode_snapshot(
-            WriterSnapshot(f"checkpoint/{state.partition}", (), state={"eventsOffset": offset})
+            WriterSnapshot(f"checkpoint/{state.partition}", (), state=checkpoint_state(checkpoint))
         )
         outbox.put(state.partition, self.topic, value, CHECKPOINT_KEY, state.partition, SNAPSHOT)
         metrics.SNAPSHOTS.labels("checkpoint").inc()

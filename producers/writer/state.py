@@ -182,6 +182,17 @@ def rebuild(
 
 
 @dataclass
+class Checkpoint:
+    """A checkpoint in progress (:mod:`.snapshots`): its events offset, the sessions still to
+    snapshot for it, and those too large to snapshot, each with an events offset at or before
+    its first event its latest snapshot lacks (a restore reads those sessions from there)."""
+
+    offset: int
+    uncovered: list[str]
+    unsnapshotted: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class PartitionState:
     partition: int
     # The writer's message-projection interpreters, for the sessions it creates or rebuilds.
@@ -193,8 +204,7 @@ class PartitionState:
     # Sessions with events no snapshot covers yet; a checkpoint snapshots all of them.
     dirty: set[str] = field(default_factory=set)
     events_since_checkpoint: int = 0
-    # A checkpoint in progress: its events offset and the sessions still to snapshot for it.
-    checkpoint: tuple[int, list[str]] | None = None
+    checkpoint: Checkpoint | None = None  # one in progress
 
     # Requests rejected recently: a retry gets the same rejection (producers/writer/rejections.py).
     rejections: Rejections = field(default_factory=Rejections)
@@ -222,6 +232,15 @@ class PartitionState:
         else:
             self.residency.used(session_id)
         return state
+
+    def events_from(self, session_id: str) -> int | None:
+        """An events offset at or before the session's first event its latest snapshot lacks,
+        resident or evicted; None for a session this partition does not have."""
+        state = self.sessions.get(session_id)
+        if state is not None:
+            return state.events_from
+        stub = self.residency.stub(session_id)
+        return stub.events_from if stub is not None else None
 
     def session(self, session_id: str, invariants: bool | None = None) -> SessionState:
         """The session's state, made if need be. ``invariants``: the mode a command asks for

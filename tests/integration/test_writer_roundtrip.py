@@ -345,7 +345,7 @@ def test_a_checkpoint_spread_over_batches_restores_every_session(
             state = first.partitions[home]
             for sid in sids:  # the 6th event starts the checkpoint: 6 sessions to snapshot
                 client.append(sid, "user/message", user("a"), surface_op="append")
-            assert state.checkpoint is not None and len(state.checkpoint[1]) == 5
+            assert state.checkpoint is not None and len(state.checkpoint.uncovered) == 5
             for i in range(5):  # one more session snapshotted per batch
                 client.append(sids[0], "user/message", user(f"b{i}"), surface_op="append")
             assert state.checkpoint is None and state.events_since_checkpoint == 5
@@ -356,6 +356,45 @@ def test_a_checkpoint_spread_over_batches_restores_every_session(
             for sid in sids[1:]:
                 assert [e.seq for e in restored.sessions[sid].session.events()] == [0]
             assert client.append(sids[1], "user/message", user("c"), surface_op="append").seq == 1
+
+
+def test_a_session_too_large_to_snapshot_neither_stops_checkpoints_nor_is_lost_by_them(
+    topics: KafkaSettings,
+) -> None:
+    """Checkpoints go on past a session too large to snapshot, naming it; a restore from the
+    latest one reads that session from its first event, although every one of its events is
+    before the checkpoint, and every other session from its snapshot."""
+
+    def checkpoints() -> float:
+        value = REGISTRY.get_sample_value("dsh_writer_snapshots_total", {"result": "checkpoint"})
+        return value or 0.0
+
+    tag = uuid.uuid4().hex[:8]
+    home = 0
+    candidates = (f"oversized-{tag}-{i}" for i in range(400))
+    big, *smalls = [s for s in candidates if partition_for(s, PARTITIONS) == home][:4]
+    settings = writer_settings(snapshot_every=1000, checkpoint_every=4, max_snapshot_bytes=3_000)
+    with SessionClient(settings=topics, timeout=20) as client:
+        with running_writer(topics, settings) as first:
+            before = checkpoints()
+            for i in range(4):  # a first checkpoint: the big session starts after it
+                client.append(smalls[i % 3], "user/message", user(f"a{i}"), surface_op="append")
+            for i in range(3):  # no snapshot of it will ever fit
+                client.append(big, "user/message", user(f"b{i}", "b" * 1_500), surface_op="append")
+            for i in range(9):
+                client.append(smalls[i % 3], "user/message", user(f"c{i}"), surface_op="append")
+            assert first.partitions[home].sessions[big].oversized
+            assert checkpoints() - before == 4  # at 4, 8, 12 and 16 events of the partition
+            expected = {
+                sid: first.partitions[home].sessions[sid].session.events() for sid in [big, *smalls]
+            }
+        with running_writer(topics, writer_settings(group_id=settings.group_id)) as second:
+            restored = second.partitions[home]
+            assert restored.restored_from > 0  # from the big session's start, not offset 0
+            for sid, events in expected.items():
+                assert restored.sessions[sid].session.events() == events
+            assert client.append(big, "user/message", user("d"), surface_op="append").seq == 3
+            assert client.append(smalls[0], "user/message", user("d"), surface_op="append").seq == 5
 
 
 def test_a_restore_decodes_only_the_latest_snapshot_of_a_session(
