@@ -165,7 +165,8 @@ class SessionClient:
         invariants: bool | None = None,
     ) -> dsh.Event:
         """The committed event, or the writer's rejection as the core's own error class.
-        ``AppendTimeoutError``: unknown outcome, retry with the same ``request_id``.
+        ``AppendTimeoutError``: unknown outcome, retry with the same ``request_id``;
+        ``ReplyUndecodableError``: unknown outcome too, the reply could not be read.
         ``invariants``: the turn-invariants mode the append creates its session with (None:
         on); for a session that exists, the mode it must have (else ``InvariantsModeError``):
         a session's mode is fixed when it is created."""

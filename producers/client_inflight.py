@@ -21,8 +21,15 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 import dsh
 from dsh.errors import SessionError
 from producers import client_metrics as metrics
-from producers.errors import AppendTimeoutError, WriterUnavailableError
-from schemas import HEADER_READ_NEXT, HEADER_REQUEST, created_bare, decode_reply_frozen, header
+from producers.errors import AppendTimeoutError, ReplyUndecodableError, WriterUnavailableError
+from schemas import (
+    HEADER_READ_NEXT,
+    HEADER_REQUEST,
+    AppendReply,
+    created_bare,
+    decode_reply_frozen,
+    header,
+)
 from servicekit import kafka_clients
 from servicekit.gc_tuning import collector_paused
 from servicekit.kafka_errors import KafkaAuthenticationError, KafkaTlsError
@@ -207,6 +214,28 @@ class InFlight:
             pending = self._pending.pop((reply.session_id, reply.request_id), None)
         if pending is None:
             return  # a duplicate answer to a retried request, already resolved
+        try:
+            self._answer(m, reply, pending)
+        except Exception as exc:
+            # Taken out of the table, the request has no deadline any more: unless resolved
+            # here, its caller would wait for ever.
+            log.error(
+                "reply to request %r of session %r at offset %s could not be read",
+                reply.request_id,
+                reply.session_id,
+                m.offset(),
+                exc_info=exc,
+            )
+            _resolve(
+                pending.future,
+                error=ReplyUndecodableError(
+                    f"request {reply.request_id!r} to session {reply.session_id!r}: its reply "
+                    f"at offset {m.offset()} could not be read ({type(exc).__name__}: {exc}); "
+                    "it may have committed: read the session to know"
+                ),
+            )
+
+    def _answer(self, m: Message, reply: AppendReply, pending: _Pending) -> None:
         elapsed = time.monotonic() - pending.sent_at
         error = reply.exception()
         if error is not None:

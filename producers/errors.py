@@ -56,6 +56,14 @@ class WriterUnavailableError(SessionError):
     default_code = "WRITER_UNAVAILABLE"
 
 
+class ReplyUndecodableError(SessionError):
+    """The writer answered, but its reply could not be read into the client's result (a bug,
+    or client and writer disagreeing on a format). The append may have committed: a read of
+    the session says whether it did."""
+
+    default_code = "REPLY_UNDECODABLE"
+
+
 class WriterFencedError(SessionError):
     """This writer lost its transactional identity or group membership to a newer owner; it
     must stop, never publish again, and be restarted as a fresh member."""
@@ -71,6 +79,7 @@ for _cls in (
     InvariantsModeError,
     AppendTimeoutError,
     WriterUnavailableError,
+    ReplyUndecodableError,
     WriterFencedError,
 ):
     register_error(_cls)

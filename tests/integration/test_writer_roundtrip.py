@@ -22,6 +22,7 @@ from producers import (
     InvariantsModeError,
     MalformedCommandError,
     PayloadTooLargeError,
+    ReplyUndecodableError,
     SessionClient,
     WrongPartitionError,
     draft,
@@ -32,6 +33,7 @@ from producers.writer.wire import committed_reply
 from schemas import (
     AppendCommand,
     AppendReply,
+    EventRecord,
     WriterSnapshot,
     decode_reply,
     decode_snapshot,
@@ -564,6 +566,24 @@ def test_a_timed_out_append_is_safe_to_retry_with_its_request_id(topics: KafkaSe
             assert retried.seq == 0
             assert client.append(sid, "user/message", user("u1"), surface_op="append").seq == 1
         assert [e.data["id"] for e in client.read_log(sid).events()] == ["u0", "u1"]
+
+
+@pytest.mark.timeout(60)  # the old client waited for ever: fail, not hang CI
+def test_a_reply_the_client_cannot_read_fails_the_append_instead_of_hanging(
+    client: SessionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = f"unreadable-{uuid.uuid4().hex[:8]}"
+    assert client.append(sid, "user/message", user("u0"), surface_op="append").seq == 0
+
+    def unreadable(self: EventRecord) -> dsh.Event:
+        raise ValueError("no such event type in this client")
+
+    with monkeypatch.context() as m:
+        m.setattr(EventRecord, "to_event", unreadable)
+        with pytest.raises(ReplyUndecodableError, match="may have committed"):
+            client.append(sid, "user/message", user("u1"), surface_op="append", timeout=1)
+    # It had: the writer committed it before its reply was read.
+    assert [e.seq for e in client.read_log(sid).events()] == [0, 1]
 
 
 def test_offsets_are_only_sent_with_group_metadata_the_broker_checks(

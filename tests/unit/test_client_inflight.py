@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from producers.client_inflight import InFlight
-from producers.errors import AppendTimeoutError, WriterUnavailableError
-from schemas import HEADER_REQUEST, AppendReply, encode_reply
+from producers.errors import AppendTimeoutError, ReplyUndecodableError, WriterUnavailableError
+from schemas import HEADER_READ_NEXT, HEADER_REQUEST, AppendReply, EventRecord, encode_reply
 from tests.support.builders import user
 
 CLIENT = "client-under-test"
@@ -82,3 +82,36 @@ def test_a_cancelled_waiter_does_not_stop_the_other_replies_or_the_deadlines() -
     inflight._expire(now=float("inf"))
     with pytest.raises(AppendTimeoutError):
         expiring.result(0)
+
+
+def test_a_reply_that_cannot_be_read_into_a_result_fails_its_request_typed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Taken out of the table before it is read, the request has no deadline any more: were
+    the error only logged, its caller would wait for ever."""
+
+    def unreadable(self: EventRecord) -> Any:
+        raise ValueError("no such event type in this client")
+
+    inflight = _inflight()
+    waiting = _waiting(inflight, "session-a", "key-1")
+    with monkeypatch.context() as m:
+        m.setattr(EventRecord, "to_event", unreadable)
+        inflight._on_reply(_reply("session-a", "key-1", 0))
+    with pytest.raises(ReplyUndecodableError, match="'key-1' to session 'session-a'"):
+        waiting.result(0)
+    # The thread goes on answering the others.
+    other = _waiting(inflight, "session-b", "key-2")
+    inflight._on_reply(_reply("session-b", "key-2", 4))
+    assert [e.seq for e in other.result(0)] == [4]
+
+
+def test_a_read_reply_with_a_malformed_next_seq_fails_the_read_typed() -> None:
+    inflight = _inflight()
+    future: Future[Any] = Future()
+    assert inflight.add("read-1", future, "session-a", 30.0, "read") is None
+    reply = _reply("session-a", "read-1", 0)
+    reply.set_headers([(HEADER_READ_NEXT, b"not-a-seq")])
+    inflight._on_reply(reply)
+    with pytest.raises(ReplyUndecodableError, match="ValueError"):
+        future.result(0)
