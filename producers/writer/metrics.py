@@ -122,6 +122,11 @@ OWNERS_FENCED = Counter(
 SNAPSHOTS = Counter(
     "dsh_writer_snapshots_total", "Session snapshots written, or skipped as too large.", ["result"]
 )
+PRODUCER_QUEUE_FULL = Counter(
+    "dsh_writer_producer_queue_full_total",
+    "Times a transaction filled the producer's queue (queue.buffering.max.*) and waited for "
+    "the brokers to take its records before producing more.",
+)
 EVICTIONS = Counter(
     "dsh_writer_sessions_evicted_total",
     "Idle sessions dropped from memory to stay within DSH_WRITER_MAX_RESIDENT_*.",

@@ -29,7 +29,7 @@ from producers.writer.failpoints import NONE, Failpoints
 from producers.writer.journal import headers_of
 from producers.writer.lanes import KAFKA_TIMEOUT_S, Lanes
 from producers.writer.state import PartitionState
-from producers.writer.transaction import Committing, Failure, Transaction
+from producers.writer.transaction import Committing, Failure, Transaction, produce
 
 log = logging.getLogger("dsh.writer")
 
@@ -259,13 +259,7 @@ class Pipeline:
             try:
                 producer = self.lanes.begin(lane)
                 for _, topic, value, key, partition, kind, request_id in records:
-                    producer.produce(
-                        topic,
-                        value=value,
-                        key=key,
-                        partition=partition,
-                        headers=headers_of(kind, request_id),
-                    )
+                    produce(producer, topic, value, key, partition, headers_of(kind, request_id))
                 self.send_offsets(producer, offsets, group)
                 with self._watch("commit_transaction", KAFKA_TIMEOUT_S):
                     producer.commit_transaction(KAFKA_TIMEOUT_S)

@@ -93,6 +93,12 @@ class Residency:
         self._used[session_id] += size
         self.resident_bytes += size
 
+    def put_back(self, session_id: str, size: int) -> None:
+        """Undo a :meth:`victims` yield: the session stays, still the least recently used."""
+        self._used[session_id] = size
+        self._used.move_to_end(session_id, last=False)
+        self.resident_bytes += size
+
     def forget(self, session_id: str) -> None:
         self.resident_bytes -= self._used.pop(session_id, 0)
 

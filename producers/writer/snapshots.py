@@ -22,6 +22,10 @@ from schemas import WriterSnapshot, encode_snapshot
 
 # Snapshot bytes a checkpoint in progress may add to one transaction (at least one session's).
 CHECKPOINT_BYTES_PER_BATCH = 1 << 20
+# Snapshot bytes evictions may add to one transaction (at least one session's): after a
+# restore, every session past the budget may owe one, and all in one transaction could be
+# gigabytes; the rest stay in memory a few batches longer.
+EVICTION_BYTES_PER_BATCH = 4 << 20
 
 
 class Snapshots:
@@ -67,16 +71,21 @@ class Snapshots:
     def _evict(self, state: PartitionState, outbox: Outbox) -> None:
         """The least recently used sessions past the budget leave memory once this transaction
         commits, snapshotted in it first if their latest snapshot lacks events (one too large
-        to snapshot leaves too: its events are on the events topic)."""
+        to snapshot leaves too: its events are on the events topic). Up to
+        ``EVICTION_BYTES_PER_BATCH`` of snapshots per transaction: the later batches go on."""
         residency = state.residency
         if residency.over():
             if self.snapshots_end is not None:
                 # Where this transaction's snapshots will be, at the latest.
                 state.snapshots_mark = self.snapshots_end(state.partition)
+            budget = EVICTION_BYTES_PER_BATCH
             for session_id, size in residency.victims():
                 held = state.sessions[session_id]
                 if held.snapshot_last < len(held.session) - 1:
-                    self._snapshot(state, session_id, outbox)
+                    if budget <= 0:
+                        residency.put_back(session_id, size)  # the next batch's to evict
+                        break
+                    budget -= self._snapshot(state, session_id, outbox) or 0
                 del state.sessions[session_id]
                 if len(held.session):  # else nothing to restore: a new session if it comes
                     residency.leave(session_id, held, held.stub(size))

@@ -11,9 +11,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from producers.writer.journal import FIELDS, Kind, headers_of
+from producers.writer import metrics
+from producers.writer.journal import FIELDS, Headers, Kind, headers_of
+from producers.writer.lanes import KAFKA_TIMEOUT_S
 from producers.writer.state import PartitionState, without_traceback
 
 
@@ -42,9 +44,7 @@ class Transaction:
         request_id: bytes | None = None,
     ) -> None:
         self.journal.extend((serves, topic, value, key, partition, kind, request_id))
-        self.producer.produce(
-            topic, value=value, key=key, partition=partition, headers=headers_of(kind, request_id)
-        )
+        produce(self.producer, topic, value, key, partition, headers_of(kind, request_id))
 
     def records(self, partitions: set[int]) -> Iterator[list[Any]]:
         """The journal's records that serve ``partitions``, in order."""
@@ -52,6 +52,42 @@ class Transaction:
         for i in range(0, len(journal), FIELDS):
             if journal[i] in partitions:
                 yield journal[i : i + FIELDS]
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None,
+    partition: int,
+    headers: Headers,
+) -> None:
+    """``producer.produce``, waiting for room when librdkafka's queue is full.
+
+    The queue (``queue.buffering.max.messages`` / ``.kbytes``, 100,000 records or 1 GiB) holds
+    the open transaction's records until the brokers acknowledge them, and one transaction can
+    hold more: a backlog of large commands, each with its reply; a snapshot per session that
+    reached ``snapshot_every``. A full queue raises ``BufferError``, which is not Kafka's
+    exception and would end the writer, and the same batch again after every restart. The
+    records already queued are this transaction's (a lane's previous one committed, so
+    flushed, before it began): once flushed they are in the log, uncommitted, and leave the
+    queue. A queue the brokers do not drain in time is a Kafka failure like any other."""
+    try:
+        producer.produce(topic, value=value, key=key, partition=partition, headers=headers)
+        return
+    except BufferError:
+        metrics.PRODUCER_QUEUE_FULL.inc()
+    producer.flush(KAFKA_TIMEOUT_S)
+    try:
+        producer.produce(topic, value=value, key=key, partition=partition, headers=headers)
+    except BufferError:
+        raise KafkaException(
+            KafkaError(
+                KafkaError._QUEUE_FULL,
+                f"the producer's queue stayed full for {KAFKA_TIMEOUT_S:.0f}s: the brokers "
+                "did not take the transaction's records",
+            )
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from producers import SessionClient
 from producers.writer import Writer
+from servicekit import kafka_clients
 from servicekit.settings import KafkaSettings
 from tests.integration.writer_support import (
     running_writer,
@@ -68,3 +70,34 @@ def test_batches_start_an_interval_apart_under_load_and_at_once_after_a_quiet_sp
     assert len(loaded) <= APPENDS + 2, loaded  # sessions' commands share batches
     # The last batch before it is more than the interval ago: nothing to wait for.
     assert quiet_start < INTERVAL_S / 2, quiet_start
+
+
+def test_a_batch_larger_than_the_producers_queue_commits_instead_of_ending_the_writer(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog taken in one batch produces more records than librdkafka's queue holds
+    (queue.buffering.max.messages, here 10 instead of 100,000): the writer waits for the
+    brokers to take them, where it used to fail with BufferError, on every restart again."""
+    made = kafka_clients.producer
+
+    def small_queue(kafka: KafkaSettings, **config: Any) -> Any:
+        if "transactional.id" in config:  # the writer's
+            config["queue.buffering.max.messages"] = 10
+        return made(kafka, **config)
+
+    def queue_full() -> float:
+        return REGISTRY.get_sample_value("dsh_writer_producer_queue_full_total") or 0.0
+
+    monkeypatch.setattr(kafka_clients, "producer", small_queue)
+    sid = f"backlog-{uuid.uuid4().hex[:8]}"
+    before = queue_full()
+    with SessionClient(settings=topics, timeout=60) as client:
+        # On the commands topic before any writer runs: one backlog, taken in large batches.
+        pending = [
+            client.append_async(sid, "user/message", user(f"u{i}"), surface_op="append")
+            for i in range(100)
+        ]
+        with running_writer(topics, writer_settings()):
+            assert [f.result(60).seq for f in pending] == list(range(100))
+        assert queue_full() > before
+        assert len(client.read_log(sid).events()) == 100

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import producers.writer.snapshots as snapshots_module
 from dsh.errors import RestoreError
 from producers.writer.journal import SNAPSHOT
 from producers.writer.ownership import evict_restored
@@ -212,3 +213,22 @@ def test_a_reload_whose_log_does_not_rebuild_marks_the_session_broken() -> None:
     with pytest.raises(RestoreError):
         state.held("gone")
     assert isinstance(state.broken["gone"], RestoreError)
+
+
+def test_evictions_snapshot_a_bounded_amount_per_transaction_and_the_next_ones_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a restore every session past the budget may owe a snapshot: all in one
+    transaction could overflow the producer's queue (and take far longer than one)."""
+    monkeypatch.setattr(snapshots_module, "EVICTION_BYTES_PER_BATCH", 1)  # one a transaction
+    state = _partition(sessions=1)
+    for sid in ("a", "b", "c", "new"):
+        _append(state, sid, 2)
+    snapshots = _snapshots()
+    evicted: list[list[bytes | None]] = []
+    for _ in range(3):
+        outbox = Outbox()
+        snapshots.after_batch(state, outbox)
+        evicted.append([key for key, _ in outbox.snapshots])
+    assert evicted == [[b"a"], [b"b"], [b"c"]]
+    assert list(state.sessions) == ["new"] and not state.residency.over()
