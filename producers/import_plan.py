@@ -13,6 +13,7 @@ proves every event in it is).
 from __future__ import annotations
 
 import gc
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,10 +122,17 @@ def _json_size(d: dict[str, Any]) -> int:
 def request_id(file_hash: str, session_id: str, first: int, count: int, attempt: str = "") -> str:
     """Deterministic within a round (``attempt``): a retry of this very batch is answered
     from the writer's request table, and expected_seq keeps any other copy from committing.
-    A later round, after a conflict or a refusal, gives its batches ids of their own: the
-    writer answers a rejected request with its first answer for good, and a batch behind a
-    refused one was rejected with a conflict its range no longer has."""
+    Every run of ``dsh import`` and every later round of one, after a conflict or a refusal,
+    gives its batches ids of their own (:func:`new_attempt`): the writer answers a rejected
+    request with its first answer for good, so a re-run after the writer was fixed would get
+    the old rejection back, and a batch behind a refused one was rejected with a conflict its
+    range no longer has."""
     return f"import:{file_hash[:32]}{attempt}:{session_id}:{first}:{count}"
+
+
+def new_attempt() -> str:
+    """The ``attempt`` of a new run or round: a new attempt, not a retry of an earlier one."""
+    return f"~{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True)
@@ -134,17 +142,23 @@ class Plan:
     client_id: str
     batches: tuple[Batch, ...]
     commands: tuple[bytes, ...]
+    attempt: str = ""  # of the commands' request ids
 
     @classmethod
     def of(
-        cls, drafts: Sequence[dict[str, Any]], session_id: str, client_id: str, file_hash: str
+        cls,
+        drafts: Sequence[dict[str, Any]],
+        session_id: str,
+        client_id: str,
+        file_hash: str,
+        attempt: str = "",
     ) -> Plan:
         planned = [
             pair
             for b in batches(drafts, 0)
-            for pair in encoded(b, session_id, client_id, file_hash)
+            for pair in encoded(b, session_id, client_id, file_hash, attempt)
         ]
-        return cls(client_id, tuple(b for b, _ in planned), tuple(c for _, c in planned))
+        return cls(client_id, tuple(b for b, _ in planned), tuple(c for _, c in planned), attempt)
 
     def planned(self) -> list[tuple[Batch, bytes]]:
         return list(zip(self.batches, self.commands, strict=True))

@@ -3,8 +3,9 @@
 The file is read with ``dsh.formats`` (v0/v1/v2 migrated to v3), validated locally with the
 core, and appended through :class:`SessionClient`, so the writer validates it exactly like live
 appends. Appends are pipelined in all-or-nothing batches, each with ``expected_seq`` (it can
-only ever commit at its own position) and a request id derived from the file's hash, the
-target session and the batch's seqs (a retried batch is answered once, never appended twice).
+only ever commit at its own position) and a request id derived from the file's hash, the run,
+the target session and the batch's seqs (a retried batch is answered once, never appended
+twice; a re-run is a new attempt, validated again).
 
 An existing target session is resumed only when its events are a prefix of the file's (an
 interrupted import, re-run); any other existing session is refused. Event times are assigned
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import secrets
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -50,6 +50,7 @@ from producers.import_plan import (
     draft_of,
     drafts_of,
     encoded,
+    new_attempt,
     request_id,
 )
 from schemas import EventRecord
@@ -282,7 +283,9 @@ def import_events(
     started = time.monotonic()
     if progress is not None:
         progress(done, len(events))
-    attempt = ""  # the first round's ids are the file's own; see import_plan.request_id
+    # A run is a new attempt (import_plan.request_id): a re-run after the writer was fixed is
+    # validated again, not answered with the rejection the writer remembers.
+    attempt = plan.attempt if plan is not None else new_attempt()
     while done < len(events):
         in_flight: list[tuple[Batch, Future[list[EventRecord]]]] = []
         failure: SessionError | None = None
@@ -320,7 +323,9 @@ def import_events(
                     # Behind the rejected batch, each fails its expected_seq: commits nothing.
                     with contextlib.suppress(SessionError):
                         later.result()
-                refused = _pinpoint(client, session_id, b, file_hash, origin, exc, mode.invariants)
+                refused = _pinpoint(
+                    client, session_id, b, file_hash, attempt, origin, exc, mode.invariants
+                )
                 if refused is not None:
                     raise refused from exc
                 # Refused whole (over a limit of the writer's), yet each event committed on
@@ -340,7 +345,7 @@ def import_events(
         if failure is None:
             break
         # A timeout (outcome unknown) or a conflict: the log decides what committed.
-        attempt = f"~{secrets.token_hex(4)}"
+        attempt = new_attempt()
         session = client.read_log(session_id)
         now = committed_prefix(session.events(), events, session_id, origin)
         published += max(0, now - done)
@@ -378,6 +383,7 @@ def _pinpoint(
     session_id: str,
     batch: Batch,
     file_hash: str,
+    attempt: str,
     origin: str,
     first: SessionError,
     invariants: bool,
@@ -393,7 +399,7 @@ def _pinpoint(
     seq = batch.first
     for i, d in enumerate(batch.drafts):
         seq = batch.first + i
-        rid = f"import:{file_hash[:32]}:{session_id}:{seq}:1"
+        rid = request_id(file_hash, session_id, seq, 1, attempt)
         try:
             client.append_many(
                 session_id, [d], expected_seq=seq, request_id=rid, invariants=invariants
@@ -460,7 +466,7 @@ def import_file(
         if max_event_bytes is None:
             max_event_bytes = WriterSettings.model_fields["max_event_bytes"].default
         # The commands are encoded once, here: the size check reads them, then they are sent.
-        plan = Plan.of(drafts, target, f"import-{uuid.uuid4().hex}", file_hash)
+        plan = Plan.of(drafts, target, f"import-{uuid.uuid4().hex}", file_hash, new_attempt())
         check_sizes(target, events, plan.planned(), max_event_bytes, str(path))
         collector.loaded()
         # Fails in ``connect_timeout`` naming the fix; the client's own check waits longer.

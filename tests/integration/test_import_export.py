@@ -737,3 +737,34 @@ def test_an_import_through_a_writer_with_a_lower_command_limit_still_commits_eve
         result = import_file(path, kafka=topics, session_id=sid)
         assert (result.already_present, result.published) == (0, len(expected))
         assert without_time(c.read(sid).events()) == without_time(expected)
+
+
+def test_a_re_run_after_the_writer_was_fixed_is_a_new_attempt_not_the_old_rejection(
+    tmp_path: Path, topics: KafkaSettings
+) -> None:
+    """The writer remembers a rejection by request id, across restarts too: were a re-run's
+    ids the first run's, it would get the old rejection back without being validated."""
+    lines = [
+        {"type": "session", "version": 3, "id": "big", "createdAt": 1},
+        {"type": "user/message", "seq": 0, "time": 1, "data": user("u0"), "surfaceOp": "append"},
+        {
+            "type": "user/message",
+            "seq": 1,
+            "time": 2,
+            "data": user("u1", "x" * (MAX_EVENT_BYTES + 1000)),
+            "surfaceOp": "append",
+        },
+    ]
+    path = _write_lines(tmp_path / "big.jsonl", lines)
+    sid = _sid("rerun")
+    strict = writer_settings(max_event_bytes=MAX_EVENT_BYTES)
+    with running_writer(topics, strict):
+        with pytest.raises(ImportRejectedError) as refused:
+            import_file(path, kafka=topics, session_id=sid)
+        assert refused.value.error_code == "EVENT_TOO_LARGE" and refused.value.first_seq == 1
+    # The operator raises the limit; the writer restarts, its remembered rejections with it.
+    with running_writer(topics, writer_settings(group_id=strict.group_id)):
+        again = import_file(path, kafka=topics, session_id=sid)
+        assert (again.already_present, again.published) == (1, 1)
+        with SessionClient(settings=topics, timeout=20) as c:
+            assert without_time(c.read(sid).events()) == without_time(read_jsonl(path)[1])

@@ -22,6 +22,8 @@ from producers.import_plan import (
     batches,
     check_sizes,
     drafts_of,
+    new_attempt,
+    request_id,
 )
 from producers.importer import read_session_file
 from schemas import decode_command, encode_event
@@ -58,11 +60,12 @@ def test_batches_cover_every_draft_in_order_within_their_limits(source: Path) ->
 
 def test_the_commands_carry_the_batches(source: Path) -> None:
     _, _, drafts, digest = read_session_file(source)
-    plan = Plan.of(drafts, "target", "client-x", digest)
+    plan = Plan.of(drafts, "target", "client-x", digest, "~run1")
     for b, value in plan.planned():
         command = decode_command(value)
         assert command.client_id == "client-x" and command.expected_seq == b.first
-        assert command.request_id == f"import:{digest[:32]}:target:{b.first}:{len(b.drafts)}"
+        rid = f"import:{digest[:32]}~run1:target:{b.first}:{len(b.drafts)}"
+        assert command.request_id == rid
         assert [dict(d)["type"] for d in command.events] == [d["type"] for d in b.drafts]
 
 
@@ -96,3 +99,11 @@ def test_the_file_is_read_as_read_jsonl_reads_it_only_newline_ends_a_line(source
     assert b"\r" in source.read_bytes()
     _, events, _, _ = read_session_file(source)
     assert events == dsh.formats.read_jsonl(source)[1]
+
+
+def test_each_run_is_a_new_attempt_with_request_ids_of_its_own() -> None:
+    """The writer answers a rejected request id with its first answer for good: a re-run
+    (after the writer was fixed) must not reuse the ids of the run it rejected."""
+    first, second = new_attempt(), new_attempt()
+    assert first != second
+    assert request_id("h" * 64, "s", 0, 3, first) != request_id("h" * 64, "s", 0, 3, second)
