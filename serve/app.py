@@ -16,6 +16,7 @@ from projectors.keys import Keys
 from serve import appends, health, inspection, problems, reads, stream
 from serve.auth import Auth
 from serve.clients import Clients
+from serve.draining import draining_on_signals
 from serve.limits import BodyLimit
 from serve.settings import ServeSettings
 from servicekit.redis_clients import redis_client
@@ -63,7 +64,8 @@ def create_app(
             auth,
         )
         try:
-            yield
+            with draining_on_signals(app.state.clients.stopping):
+                yield
         finally:
             app.state.clients.close()
 

@@ -40,6 +40,8 @@ class Clients:
         self._making: dict[str | None, asyncio.Future[SessionClient]] = {}  # on the event loop
         self._lock = threading.Lock()
         self.streams = threading.BoundedSemaphore(settings.max_streams)
+        # Set when the server begins to stop (serve.draining): open streams end then.
+        self.stopping = threading.Event()
 
     async def appender_for(self, tenant: str | None) -> SessionClient:
         """The tenant's client, made on a worker thread at its first append (a Kafka round

@@ -47,6 +47,10 @@ class ServeSettings(StrictSettings):
     max_streams: Annotated[int, Field(ge=1)] = 100
     """Most transcript streams open at once (`503 TOO_MANY_STREAMS` beyond). The streams of one
     session share one follow of it (a thread and a Redis connection while it waits)."""
+    shutdown_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 25
+    """On SIGTERM, how long the requests in hand may take before they are cut and the process
+    exits (open transcript streams end at once). Keep it below the supervisor's grace period
+    (35 s in deploy/k8s/serve.yaml), so the process stops rather than being killed."""
     tokens: SecretStr = SecretStr("")
     """Bearer tokens per tenant, as SHA-256 hex digests: `acme=<sha256>|<sha256>,globex=<sha256>`
     (`printf %s "$TOKEN" \\| sha256sum`). Empty: no authentication (one trusted deployment)."""

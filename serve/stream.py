@@ -6,7 +6,7 @@ Each entry is one event with ``id:`` its seq, so a client that reconnects with
 ``Last-Event-ID`` (browsers' ``EventSource`` does by itself) gets the entries after it first,
 then the new ones: nothing missed, nothing twice. A blocked session ends the stream with an
 ``event: blocked`` whose data is the problem. An SSE comment goes out each idle second, so
-proxies keep the connection open.
+proxies keep the connection open; the stream ends at the next one once the server is stopping.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def _frame(entry: TranscriptEntry) -> str:
     return f"id: {entry.seq}\nevent: entry\ndata: {data}\n\n"
 
 
-async def events(feeds: Feeds, session_id: str, after: int) -> AsyncGenerator[str, None]:
+async def events(
+    feeds: Feeds, session_id: str, after: int, stopping: threading.Event
+) -> AsyncGenerator[str, None]:
     reader = feeds.reader
     async with feeds.joined(session_id) as subscriber:
         try:
@@ -50,7 +52,9 @@ async def events(feeds: Feeds, session_id: str, after: int) -> AsyncGenerator[st
             for entry in await run_in_threadpool(reader.transcript, session_id, after):
                 yield _frame(entry)
                 after = entry.seq
-            while not subscriber.overflowed:
+            # Until the server stops (serve.draining): the stream ends then, within an idle
+            # second, and its client resumes with Last-Event-ID elsewhere.
+            while not subscriber.overflowed and not stopping.is_set():
                 item = await subscriber.queue.get()
                 if item is None:
                     yield ": idle\n\n"
@@ -123,7 +127,7 @@ async def stream(
         )
     return _Stream(
         slot,
-        events(access.clients.feeds, access.session_id, after),
+        events(access.clients.feeds, access.session_id, after, access.clients.stopping),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

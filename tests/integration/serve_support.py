@@ -41,6 +41,8 @@ EXAMPLES = ROOT / "docs" / "examples"
 def serving(app: FastAPI) -> Iterator[str]:
     """The base URL of ``app`` served by uvicorn until the block ends."""
     (port,) = free_ports(1)
+    # A server in a thread gets no signal, so its streams do not drain (serve.draining): the
+    # timeout cuts them. `dsh serve` itself is stopped by SIGTERM in test_http_api.py.
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
     )

@@ -492,3 +492,45 @@ def children(pid: int) -> list[int]:
         if parent == pid and b"spawn_main" in command:
             found.append(int(stat.parent.name))
     return found
+
+
+def test_dsh_serve_ends_its_open_streams_and_exits_promptly_on_sigterm(
+    api: Api, servers: Servers, tmp_path: Path
+) -> None:
+    """An open stream never ends by itself: uvicorn waited for it without limit, so SIGTERM
+    left the process (and a pod's whole grace period) hanging. The stream ends at its next idle
+    second instead (its client resumes elsewhere), and the process exits 0."""
+    digests = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in TOKENS.items())
+    (port,) = free_ports(1)
+    env = service_env(
+        api.kafka,
+        DSH_REDIS_URL=servers.redis_url,
+        DSH_SERVE_PORT=str(port),
+        DSH_SERVE_TOKENS=digests,
+        DSH_SERVE_TENANT_PREFIXES=PREFIXES,
+        DSH_SERVE_TENANT_KEYS=KEY_SPEC,
+    )
+    serve = CliProcess(["serve"], env, tmp_path / "serve.log")
+    client = Api(f"http://127.0.0.1:{port}", api.kafka).client()
+    try:
+
+        def ready() -> bool:
+            try:
+                return client.get("/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(ready, 60, "dsh serve, ready", explain=serve.log)
+        with client.stream("GET", f"/v1/sessions/{sid()}/transcript/stream") as stream:
+            assert stream.status_code == 200
+            lines = stream.iter_lines()
+            assert next(lines) == ": idle"  # the stream is open, its feed running
+            serve.signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            for _ in lines:  # the stream ends, cleanly: no error reading it
+                assert time.monotonic() - stopped < 5, "the stream is still open"
+        assert serve.wait(10) == 0, serve.log()
+        assert time.monotonic() - stopped < 5, serve.log()
+    finally:
+        client.close()
+        serve.close()

@@ -52,7 +52,7 @@ def test_entries_projected_before_the_feed_starts_still_reach_the_stream(
     last = len(session) - 1
 
     async def stream() -> None:
-        frames = events(Feeds(Reader(redis_client, Keys())), session.id, -1)
+        frames = events(Feeds(Reader(redis_client, Keys())), session.id, -1, threading.Event())
         async for frame in frames:
             if frame.startswith("id: "):
                 seqs.append(int(frame.split("\n", 1)[0][4:]))
