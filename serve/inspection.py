@@ -93,7 +93,8 @@ async def surface_nodes(access: SessionAccess) -> JSONResponse:
     summary="What an event cites and replaced (a summary's messages), and what replaced it",
 )
 async def provenance(
-    access: SessionAccess, seq: Annotated[int, PathParam(ge=0, description="the event's seq")]
+    access: SessionAccess,
+    seq: Annotated[int, PathParam(ge=0, le=MAX_SEQ, description="the event's seq")],
 ) -> JSONResponse:
     found = await run_in_threadpool(access.clients.inspection.provenance, access.session_id, seq)
     if found is None:

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.rules import LONG_MAX
+
 
 class EventDraft(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -37,7 +39,10 @@ class AppendRequest(BaseModel):
         min_length=1, description="appended all or nothing, in this order"
     )
     expected_seq: int | None = Field(
-        None, ge=0, description="the seq the first event must get (optimistic concurrency)"
+        None,
+        ge=0,
+        le=LONG_MAX,  # a seq is an Avro long: a bigger one is the caller's 422, not the codec's
+        description="the seq the first event must get (optimistic concurrency)",
     )
     invariants: bool | None = Field(
         None,

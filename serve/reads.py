@@ -17,13 +17,18 @@ from starlette.concurrency import run_in_threadpool
 
 from serve.access import Access, SessionAccess
 from serve.appends import ERRORS
+from serve.limits import MAX_SEQ
 from serve.models import AuditResponse, SurfaceResponse, TranscriptResponse
 
 router = APIRouter(prefix="/v1")
 
 AtLeast = Annotated[
     int | None,
-    Query(ge=0, description="wait until the projection has applied this seq (read-your-writes)"),
+    Query(
+        ge=0,
+        le=MAX_SEQ,
+        description="wait until the projection has applied this seq (read-your-writes)",
+    ),
 ]
 TimeoutMs = Annotated[
     int | None,

@@ -534,3 +534,23 @@ def test_dsh_serve_ends_its_open_streams_and_exits_promptly_on_sigterm(
     finally:
         client.close()
         serve.close()
+
+
+def test_integers_beyond_a_seq_are_422_and_append_nothing(api: Api) -> None:
+    """A seq is an Avro long: a bigger one is the request's fault (422), not the codec's 500
+    on the way to the writer. (Big integers inside an event's data are lossless JSON, kept.)"""
+    s = sid()
+    too_big = 2**63
+    with api.client() as http:
+        http.post(f"/v1/sessions/{s}/events", json={"events": [TURN]}).raise_for_status()
+        url = f"/v1/sessions/{s}/events"
+        for expected in (too_big, 2**64):
+            body = {"events": [HELLO], "expected_seq": expected}
+            assert_problem(http.post(url, json=body), 422, "REQUEST_INVALID")
+        for view in ("surface", "transcript", "audit"):
+            read = http.get(f"/v1/sessions/{s}/{view}", params={"at_least": too_big})
+            assert_problem(read, 422, "REQUEST_INVALID")
+        assert_problem(http.get(f"/v1/sessions/{s}/provenance/{too_big}"), 422, "REQUEST_INVALID")
+        cited = ev("user/message", user("u9", "x"), surfaceOp="append", sourceEventSeqs=[too_big])
+        assert_problem(http.post(url, json={"events": [cited]}), 422, "SOURCES_NOT_EARLIER")
+    assert len(api.logged(s)) == 1
