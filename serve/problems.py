@@ -58,6 +58,19 @@ STATUS_BY_CLASS: tuple[tuple[type[SessionError], int], ...] = (
     (KafkaUnreachableError, 503),
     (TopicError, 503),
 )
+# Redis out of reach for a while, whatever the way: no connection or no answer, a cluster
+# failing over (CLUSTERDOWN, MASTERDOWN, TRYAGAIN) or with a slot no node serves, no node of
+# it answering (not a RedisError), a primary demoted to a replica (READONLY). A client retries
+# after Retry-After, as for a refused connection; any other Redis error is a bug (500).
+REDIS_OUT_OF_REACH: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.RedisClusterUnreachableError,
+    redis.exceptions.SlotNotCoveredError,
+)
 TITLES = {
     400: "Bad request",
     401: "Unauthorized",
@@ -166,8 +179,8 @@ def install(app: FastAPI, retry_after_s: int) -> None:
 
     app.add_exception_handler(Exception, internal)
     app.add_exception_handler(SessionError, session_error)
-    app.add_exception_handler(redis.exceptions.ConnectionError, redis_down)
-    app.add_exception_handler(redis.exceptions.TimeoutError, redis_down)
+    for redis_error in REDIS_OUT_OF_REACH:
+        app.add_exception_handler(redis_error, redis_down)
     app.add_exception_handler(Problem, problem)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -1,0 +1,72 @@
+"""The service's answers to what goes wrong under it and to malformed requests, without a
+pipeline: each is a typed problem, never a 500 or FastAPI's generic 400."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+from redis import exceptions as redis_errors
+
+from serve.app import create_app
+from serve.settings import ServeSettings
+from servicekit.settings import KafkaSettings, RedisSettings
+
+NOWHERE_REDIS = RedisSettings(url=SecretStr("redis://127.0.0.1:1/0"))  # never connected here
+NOWHERE_KAFKA = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    app = create_app(ServeSettings(), NOWHERE_KAFKA, NOWHERE_REDIS)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code, body
+    return body
+
+
+class _FailingViews:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def waits(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis_errors.ConnectionError("refused"),
+        redis_errors.TimeoutError("timed out"),
+        redis_errors.ClusterDownError("CLUSTERDOWN The cluster is down"),
+        redis_errors.MasterDownError("MASTERDOWN Link with MASTER is down"),
+        redis_errors.TryAgainError("TRYAGAIN"),
+        redis_errors.ReadOnlyError("READONLY You can't write against a read only replica"),
+        redis_errors.RedisClusterUnreachableError("no node of the cluster answered"),
+        redis_errors.SlotNotCoveredError("slot 3 is not covered"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_redis_out_of_reach_in_any_way_is_503_with_retry_after(
+    client: TestClient, error: Exception
+) -> None:
+    """A cluster failing over (CLUSTERDOWN, TRYAGAIN), a primary demoted (READONLY) or no node
+    answering are Redis out of reach for a while, as a refused connection is: retry later."""
+    clients: Any = client.app.state.clients  # type: ignore[attr-defined]
+    views, clients.views = clients.views, _FailingViews(error)
+    try:
+        response = client.get("/v1/sessions/s-1/surface")
+    finally:
+        clients.views = views
+    body = assert_problem(response, 503, "REDIS_UNREACHABLE")
+    assert type(error).__name__ in body["detail"]
+    assert response.headers["retry-after"] == "1"
