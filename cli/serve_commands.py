@@ -49,6 +49,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     logs = configure_logging("serve", args.log_level)
     settings = ServeSettings()
+    # Made here, whatever the workers (it connects to nothing): a setting it refuses, such as a
+    # bad token table, stops this process with the error. A worker that fails as it starts is
+    # restarted by uvicorn's supervisor forever.
+    app = make_app(kafka_settings(), redis_settings())
     server: dict[str, Any] = {
         "host": args.host or settings.host,
         "port": settings.port if args.port is None else args.port,
@@ -65,7 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
     # done, and a service stopped on purpose exits 0, not killed by the signal.
     signal.signal(signal.SIGTERM, _stopped)
     if settings.workers == 1:
-        uvicorn.run(make_app(kafka_settings(), redis_settings()), **server)
+        uvicorn.run(app, **server)
         return 0
     # Each worker is a process of its own that imports the app: it finds the pipeline this
     # one resolved (perhaps the local stack's record) and the log level in its environment.

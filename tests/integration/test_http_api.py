@@ -41,7 +41,7 @@ from tests.integration.serve_support import (
     serving_stack,
 )
 from tests.support.builders import user
-from tests.support.processes import CliProcess, service_env
+from tests.support.processes import CliProcess, run_dsh, service_env
 from tests.support.waiting import wait_for
 
 
@@ -554,3 +554,23 @@ def test_integers_beyond_a_seq_are_422_and_append_nothing(api: Api) -> None:
         cited = ev("user/message", user("u9", "x"), surfaceOp="append", sourceEventSeqs=[too_big])
         assert_problem(http.post(url, json={"events": [cited]}), 422, "SOURCES_NOT_EARLIER")
     assert len(api.logged(s)) == 1
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_dsh_serve_refuses_a_bad_token_table_at_start_with_any_number_of_workers(
+    workers: str,
+) -> None:
+    """With workers, each used to fail on its own and uvicorn's supervisor restarted it
+    forever; the table is checked before any worker starts, as with one."""
+    (port,) = free_ports(1)
+    env = service_env(
+        KafkaSettings(bootstrap_servers="127.0.0.1:1"),  # never reached
+        DSH_SERVE_WORKERS=workers,
+        DSH_SERVE_PORT=str(port),
+        DSH_SERVE_TOKENS="acme=not-a-digest",
+        DSH_SERVE_TENANT_PREFIXES=PREFIXES,
+        DSH_SERVE_TENANT_KEYS=KEY_SPEC,
+    )
+    result = run_dsh(env, "serve", timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "dsh: error [SERVE_TOKENS]: DSH_SERVE_TOKENS: tenant 'acme'" in result.stderr
