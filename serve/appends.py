@@ -1,9 +1,9 @@
 """``POST /v1/sessions/{session_id}/events``: one command of one or more events, all or
 nothing, through the writer.
 
-The request id is the ``Idempotency-Key`` header (generated when absent, and returned): the
-writer answers a retry from its request table with the original events, so retrying after a
-503 or a lost connection never appends twice.
+The request id is the ``Idempotency-Key`` header (generated when absent, never when empty,
+and returned): the writer answers a retry from its request table with the original events, so
+retrying after a 503 or a lost connection never appends twice.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ async def append(
             "TOO_MANY_EVENTS",
             f"{len(body.events)} events in one request; at most {settings.max_events}",
         )
-    request_id = idempotency_key or f"http-{uuid.uuid4().hex}"
+    # Only an absent key is generated: an empty one is refused, or the caller's retry with
+    # it would get another key and append again.
+    request_id = f"http-{uuid.uuid4().hex}" if idempotency_key is None else idempotency_key
     check_request_id(request_id)
     request.state.request_id = request_id
     drafts = [_wire_draft(e) for e in body.events]

@@ -574,3 +574,16 @@ def test_dsh_serve_refuses_a_bad_token_table_at_start_with_any_number_of_workers
     result = run_dsh(env, "serve", timeout=30)
     assert result.returncode == 1, result.stderr
     assert "dsh: error [SERVE_TOKENS]: DSH_SERVE_TOKENS: tenant 'acme'" in result.stderr
+
+
+def test_an_empty_idempotency_key_is_422_not_a_generated_one(api: Api) -> None:
+    """An empty key was taken for none and replaced by a fresh one: the caller's retry, with
+    the same empty key, then appended twice."""
+    s = sid()
+    with api.client() as http:
+        for _ in range(2):  # the caller's try, then its retry
+            empty = http.post(
+                f"/v1/sessions/{s}/events", json={"events": [TURN]}, headers={"Idempotency-Key": ""}
+            )
+            assert_problem(empty, 422, "INVALID_IDEMPOTENCY_KEY")
+    assert api.logged(s) == []
