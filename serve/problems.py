@@ -85,6 +85,15 @@ TITLES = {
 }
 
 
+UNPARSABLE = (UnicodeDecodeError, RecursionError)
+
+
+def _unparsable(cause: BaseException) -> str:
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not UTF-8 at byte {cause.start}"
+    return "nested too deep"
+
+
 def problem_type(code: str) -> str:
     return PROBLEM_BASE + code.lower().replace("_", "-")
 
@@ -164,6 +173,11 @@ def install(app: FastAPI, retry_after_s: int) -> None:
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        # FastAPI's generic 400 for a body it could not parse other than by JSONDecodeError:
+        # bytes that are not UTF-8, or nesting past the parser's recursion limit.
+        if exc.status_code == 400 and isinstance(exc.__cause__, UNPARSABLE):
+            detail = f"the body is not JSON ({_unparsable(exc.__cause__)})"
+            return response(400, "MALFORMED_JSON", detail, request)
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE"}.get(
             exc.status_code, "HTTP_ERROR"
         )

@@ -70,3 +70,23 @@ def test_redis_out_of_reach_in_any_way_is_503_with_retry_after(
     body = assert_problem(response, 503, "REDIS_UNREACHABLE")
     assert type(error).__name__ in body["detail"]
     assert response.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"events": [',  # cut short
+        b'{"events": [{"type": "user/message", "data": "\xff\xfe"}]}',  # not UTF-8
+        b'{"events": [{"type": "user/message", "data": "caf\xe9"}]}',  # Latin-1
+        b'{"events": [{"type": "x/y", "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
+        b"[" * 5_000 + b"]" * 5_000,
+    ],
+    ids=["truncated", "invalid-utf8", "latin1", "nested-100000", "nested-5000"],
+)
+def test_a_body_that_is_not_json_is_400_malformed_json(client: TestClient, body: bytes) -> None:
+    """FastAPI turns a body it cannot decode (not UTF-8) or parse (nested past the parser's
+    recursion limit) into a generic 400; it is as malformed as a cut-short one."""
+    response = client.post(
+        "/v1/sessions/s-1/events", content=body, headers={"content-type": "application/json"}
+    )
+    assert_problem(response, 400, "MALFORMED_JSON")
