@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from schemas.rules import LONG_MAX
 
@@ -29,7 +29,9 @@ class EventDraft(BaseModel):
     source_event_seqs: Any = Field(
         None, alias="sourceEventSeqs", description="seqs this event cites (list of ints)"
     )
-    ignorable: bool = Field(False, description="only `true` or absent: an unknown type kept")
+    # Strict, as every boolean here: the contract takes JSON booleans only, where lax mode
+    # would take "yes", "off" or 1 for one (an unknown type kept that nobody marked).
+    ignorable: StrictBool = Field(False, description="only `true` or absent: an unknown type kept")
 
 
 class AppendRequest(BaseModel):
@@ -44,7 +46,7 @@ class AppendRequest(BaseModel):
         le=LONG_MAX,  # a seq is an Avro long: a bigger one is the caller's 422, not the codec's
         description="the seq the first event must get (optimistic concurrency)",
     )
-    invariants: bool | None = Field(
+    invariants: StrictBool | None = Field(
         None,
         description="the turn-invariants mode a new session is created with (default on); "
         "for an existing session, the mode it must have",

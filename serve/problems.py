@@ -94,6 +94,24 @@ def _unparsable(cause: BaseException) -> str:
     return "nested too deep"
 
 
+# A field the core checks too: a request wrong only there gets the core's code for it, as
+# the API's other rejections of an event do ("ignorable": null is the core's INVALID_IGNORABLE).
+CORE_FIELD_CODES = {"ignorable": "INVALID_IGNORABLE"}
+
+
+def _invalid_code(errors: list[dict[str, Any]]) -> str:
+    """The core's code where every error is in one field of an event it checks too (the
+    location is body, events, index, field), else REQUEST_INVALID."""
+    codes = {
+        CORE_FIELD_CODES.get(str(loc[3]))
+        if len(loc := e["loc"]) == 4 and loc[:2] == ["body", "events"]
+        else None
+        for e in errors
+    }
+    code = codes.pop() if len(codes) == 1 else None
+    return code or "REQUEST_INVALID"
+
+
 def problem_type(code: str) -> str:
     return PROBLEM_BASE + code.lower().replace("_", "-")
 
@@ -169,7 +187,7 @@ def install(app: FastAPI, retry_after_s: int) -> None:
         if any(e["type"] == "json_invalid" for e in errors):
             return response(400, "MALFORMED_JSON", "the body is not JSON", request, errors=errors)
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
-        return response(422, "REQUEST_INVALID", detail, request, errors=errors)
+        return response(422, _invalid_code(errors), detail, request, errors=errors)
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

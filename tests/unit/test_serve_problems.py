@@ -23,7 +23,14 @@ NOWHERE_KAFKA = KafkaSettings(bootstrap_servers="127.0.0.1:1")
 def client() -> Iterator[TestClient]:
     app = create_app(ServeSettings(), NOWHERE_KAFKA, NOWHERE_REDIS)
     with TestClient(app, raise_server_exceptions=False) as client:
+        # An append that gets past the checks under test is a 500, at once, not a wait for
+        # a Kafka that is not there.
+        client.app.state.clients.appender_for = _reached_the_writer  # type: ignore[attr-defined]
         yield client
+
+
+async def _reached_the_writer(tenant: str | None) -> Any:
+    raise AssertionError("the append reached the writer")
 
 
 def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
@@ -90,3 +97,28 @@ def test_a_body_that_is_not_json_is_400_malformed_json(client: TestClient, body:
         "/v1/sessions/s-1/events", content=body, headers={"content-type": "application/json"}
     )
     assert_problem(response, 400, "MALFORMED_JSON")
+
+
+def _append(client: TestClient, event: dict[str, Any], **body: Any) -> Any:
+    return client.post("/v1/sessions/s-1/events", json={"events": [event], **body})
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, None, [], {}])
+def test_ignorable_is_a_json_boolean_or_the_cores_invalid_ignorable(
+    client: TestClient, value: Any
+) -> None:
+    """Pydantic's lax mode made `"yes"` or `1` true, and so appended an unknown type as
+    ignorable that the caller never marked; the contract takes only JSON booleans, and the
+    core's code for anything else is INVALID_IGNORABLE (null included)."""
+    event = {"type": "acme/note", "data": {}, "ignorable": value}
+    body = assert_problem(_append(client, event), 422, "INVALID_IGNORABLE")
+    assert "ignorable" in body["detail"]
+
+
+@pytest.mark.parametrize("value", ["off", "false", "on", 0, 1, [], {}])
+def test_invariants_is_a_json_boolean_or_null(client: TestClient, value: Any) -> None:
+    """`"invariants": "off"` became False in lax mode: a session made without its invariants."""
+    event = {"type": "turn/start", "data": {"turn": 1}}
+    response = _append(client, event, invariants=value)
+    body = assert_problem(response, 422, "REQUEST_INVALID")
+    assert "invariants" in body["detail"]
