@@ -33,6 +33,9 @@ from projectors.views import follow
 log = logging.getLogger("serve")
 
 QUEUE_LIMIT = 10_000  # entries waiting for one stream
+# How long the last stream to leave a feed waits for it to end: its idle second, and a Redis
+# call that is slow to answer. Past that the stream's slot comes back anyway (bounded).
+END_WAIT_S = 5.0
 
 
 @dataclass(eq=False)
@@ -135,6 +138,22 @@ class Feeds:
         self.reader = reader
         self.lock = threading.Lock()
         self.open: dict[str, _Feed] = {}
+
+    async def settled(self, session_id: str) -> None:
+        """After a stream of ``session_id`` left: until its feed, if no stream is left on it,
+        has ended (at its idle second) or another stream has joined it. A feed holds a Redis
+        connection until then, so a stream gives its slot back (``serve.stream``) only after
+        this: feeds never outnumber the slots, and the Redis pool sized for them
+        (``serve.app.redis_connections``) cannot run dry however fast streams reconnect to
+        other sessions."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + END_WAIT_S
+        while loop.time() < deadline:
+            with self.lock:
+                feed = self.open.get(session_id)
+                if feed is None or feed.subscribers or not feed.thread.is_alive():
+                    return
+            await asyncio.sleep(0.05)
 
     @asynccontextmanager
     async def joined(self, session_id: str) -> AsyncIterator[Subscriber]:

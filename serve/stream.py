@@ -80,21 +80,32 @@ async def events(
 class _Stream(StreamingResponse):
     """Leaves the session's feed and gives the stream's slot back when the response ends,
     however it ends (the entries stopped, the client went away, the server stops): not when
-    the collector gets to the generator, which a reference cycle can put off indefinitely."""
+    the collector gets to the generator, which a reference cycle can put off indefinitely.
+    The slot comes back once the feed is left and, for its last stream, has ended
+    (``Feeds.settled``): a feed's Redis connection is counted in the slots. Here, not in the
+    generator: a client that goes away cancels that, and the wait with it."""
 
     def __init__(
-        self, slot: threading.BoundedSemaphore, frames: AsyncGenerator[str, None], **kw: Any
+        self,
+        slot: threading.BoundedSemaphore,
+        feeds: Feeds,
+        session_id: str,
+        frames: AsyncGenerator[str, None],
+        **kw: Any,
     ) -> None:
         super().__init__(frames, **kw)
-        self.slot, self.frames = slot, frames
+        self.slot, self.feeds, self.session_id, self.frames = slot, feeds, session_id, frames
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.slot.release()
-            with contextlib.suppress(RuntimeError):  # still running: it ends where it runs
-                await self.frames.aclose()
+            try:
+                with contextlib.suppress(RuntimeError):  # still running: it ends where it runs
+                    await self.frames.aclose()
+                await self.feeds.settled(self.session_id)
+            finally:
+                self.slot.release()
 
 
 @router.get(
@@ -125,9 +136,12 @@ async def stream(
             f"{access.clients.settings.max_streams} streams are open (DSH_SERVE_MAX_STREAMS)",
             **{"Retry-After": str(access.clients.settings.retry_after_s)},
         )
+    feeds = access.clients.feeds
     return _Stream(
         slot,
-        events(access.clients.feeds, access.session_id, after, access.clients.stopping),
+        feeds,
+        access.session_id,
+        events(feeds, access.session_id, after, access.clients.stopping),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
+from functools import partial
 from typing import Any
 
 import pytest
 import redis
+from pydantic import SecretStr
 
 from projectors.keys import Keys
 from projectors.read_api import Reader
@@ -71,3 +74,53 @@ def test_entries_projected_before_the_feed_starts_still_reach_the_stream(
         go_on.set()
         listener.join(30)
     assert seqs == expected
+
+
+def test_a_feed_never_outlives_the_stream_slots_so_fast_reconnects_cannot_drain_redis(
+    servers: Servers,
+) -> None:
+    """A feed ends at its idle second after its last stream left, holding a Redis connection
+    in its blocking read until then. Its stream's slot used to come back at once, so streams
+    reopened quickly to other sessions ran more feeds than DSH_SERVE_MAX_STREAMS, past what the
+    Redis pool is sized for. The slot now comes back once the feed has ended."""
+    import httpx
+
+    from serve.app import create_app
+    from serve.settings import ServeSettings
+    from servicekit.settings import RedisSettings
+    from tests.integration.serve_support import serving
+    from tests.support.waiting import wait_for
+
+    redis_settings = RedisSettings(url=SecretStr(servers.redis_url))
+    app = create_app(ServeSettings(max_streams=1), KafkaSettings(), redis_settings, Keys())
+    most, done = 0, threading.Event()
+
+    def feeds(prefix: str = "feed-fast-") -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+    def started(session: str) -> bool:
+        return bool(feeds(f"feed-{session}"))
+
+    def watch() -> None:
+        nonlocal most
+        while not done.is_set():
+            most = max(most, len(feeds()))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        for n in range(5):
+            session = f"fast-{n}-{uuid.uuid4().hex[:8]}"
+            deadline = time.monotonic() + 10
+            while True:  # 503 TOO_MANY_STREAMS until the last one's feed has ended
+                with http.stream("GET", f"/v1/sessions/{session}/transcript/stream") as r:
+                    if r.status_code == 200:
+                        wait_for(partial(started, session), 10, "its feed")
+                        break
+                    assert r.status_code == 503, r.read()
+                assert time.monotonic() < deadline, "the slot never came back"
+                time.sleep(0.05)
+    done.set()
+    watcher.join(5)
+    assert most == 1, f"{most} feeds ran at once with one stream slot"
