@@ -494,17 +494,20 @@ def children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_dsh_serve_ends_its_open_streams_and_exits_promptly_on_sigterm(
-    api: Api, servers: Servers, tmp_path: Path
+    api: Api, servers: Servers, tmp_path: Path, workers: str
 ) -> None:
     """An open stream never ends by itself: uvicorn waited for it without limit, so SIGTERM
     left the process (and a pod's whole grace period) hanging. The stream ends at its next idle
-    second instead (its client resumes elsewhere), and the process exits 0."""
+    second instead (its client resumes elsewhere), and the process exits 0; with workers too,
+    which uvicorn's supervisor stops with a SIGTERM of their own."""
     digests = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in TOKENS.items())
     (port,) = free_ports(1)
     env = service_env(
         api.kafka,
         DSH_REDIS_URL=servers.redis_url,
+        DSH_SERVE_WORKERS=workers,
         DSH_SERVE_PORT=str(port),
         DSH_SERVE_TOKENS=digests,
         DSH_SERVE_TENANT_PREFIXES=PREFIXES,
