@@ -66,7 +66,8 @@ def _serve(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": settings.shutdown_timeout_s,
     }
     # uvicorn raises the signal it stopped for again once it has stopped; by then the stop is
-    # done, and a service stopped on purpose exits 0, not killed by the signal.
+    # done, and a service stopped on purpose exits 0, not killed by the signal. The same for
+    # a SIGTERM before uvicorn handles it (while it starts): not ignored, an exit.
     signal.signal(signal.SIGTERM, _stopped)
     if settings.workers == 1:
         uvicorn.run(app, **server)
@@ -81,7 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _stopped(sig: int, frame: FrameType | None) -> None:
-    pass
+    raise SystemExit(0)
 
 
 def make_app(kafka: KafkaSettings, redis: RedisSettings) -> FastAPI:
