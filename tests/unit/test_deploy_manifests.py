@@ -648,6 +648,24 @@ def test_serve_runs_in_compose_and_k8s_probed_on_its_api_port() -> None:
     assert f"http://127.0.0.1:{compose_port}/readyz" in probe
 
 
+def test_dsh_serve_stops_on_its_own_within_each_grace_period() -> None:
+    """On SIGTERM `dsh serve` gives the requests in hand DSH_SERVE_SHUTDOWN_TIMEOUT_S, then
+    closes its clients: the supervisor's grace period must leave room for both, or it kills
+    the process mid-stop."""
+    margin_s = 5  # the streams' idle second, closing the Kafka clients
+    (deployment,) = [d for d in k8s_of_kind("Deployment") if runs_serve(d)]
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = k8s_container_env(container)
+    timeout_s = int(env.get("DSH_SERVE_SHUTDOWN_TIMEOUT_S", ServeSettings().shutdown_timeout_s))
+    assert timeout_s + margin_s <= spec["terminationGracePeriodSeconds"]
+    (serve,) = [s for s in compose_services().values() if s.get("command") == ["serve"]]
+    env = compose_env(serve)
+    timeout_s = int(env.get("DSH_SERVE_SHUTDOWN_TIMEOUT_S", ServeSettings().shutdown_timeout_s))
+    grace = serve["stop_grace_period"]
+    assert grace.endswith("s") and timeout_s + margin_s <= int(grace[:-1]), grace
+
+
 @pytest.fixture(scope="module")
 def kustomized() -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
