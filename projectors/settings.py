@@ -22,11 +22,11 @@ class ProjectorSettings(StrictSettings):
     """Consumer groups are `<prefix>-<projection>`: one group per projection."""
     key_prefix: str = "dsh"
     """First part of every Redis key, before the hash-tagged session id."""
-    batch_size: int = 500
+    batch_size: Annotated[int, Field(ge=1)] = 500
     """Most records applied to Redis in one batch."""
-    poll_timeout_s: float = 0.2
+    poll_timeout_s: Annotated[float, Field(gt=0)] = 0.2
     """How long one poll of the events topic waits for records."""
-    sentinel_interval_s: float = 1.0
+    sentinel_interval_s: Annotated[float, Field(gt=0)] = 1.0
     """How often the process checks that Redis still holds its sentinel key; a lost one (an
     empty Redis) makes it replay its partitions."""
     projections: str = ""
@@ -37,13 +37,13 @@ class ProjectorSettings(StrictSettings):
     instance_id: str | None = None
     """Static group membership (Kafka's `group.instance.id`, e.g. a pod name): a restarted
     process gets its partitions back without waiting for its old session to expire."""
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: Annotated[int, Field(ge=1_000)] = 10_000
     """Group session timeout: how long a projector that stopped heartbeating keeps its
     partitions."""
     heartbeat_interval_ms: Annotated[int, Field(ge=100)] = 500
     """How often the projector heartbeats its group, capped at a third of the session timeout;
     it bounds how long an instance takes to hear that another joined or left."""
-    metrics_port: int = 0
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
     """Port of the HTTP endpoints `/metrics` (Prometheus), `/livez` and `/readyz` (`0`:
     none)."""
     ready_max_lag: Annotated[int, Field(ge=0)] = 10_000
@@ -52,15 +52,15 @@ class ProjectorSettings(StrictSettings):
     stuck_call_grace_s: Annotated[float, Field(ge=0)] = 30.0
     """An offset commit still waiting 30 s plus this long ends the process with exit code 70,
     for its supervisor to restart (`0`: wait for ever)."""
-    cache_sessions: int = 2_000
+    cache_sessions: Annotated[int, Field(ge=0)] = 2_000
     """Sessions kept in memory between batches (others are reloaded from Redis). A surface
     entry holds every current message of its session: size it to the memory."""
     # A batch makes tens of thousands of short-lived containers beside the long-lived cached
     # states; at Python's 700 the collector rescans them over and over.
-    gc_threshold: int = 50_000
+    gc_threshold: Annotated[int, Field(ge=0)] = 50_000
     """Young-generation threshold of Python's cycle collector while projecting or replaying
     (`0`: leave the process's own)."""
-    replay_workers: int = 0
+    replay_workers: Annotated[int, Field(ge=0)] = 0
     """Processes a whole-topic `dsh replay` forks, each rebuilding its share of the partitions:
     `0`: one per CPU, at most one per partition; `1`: all in the calling process."""
 

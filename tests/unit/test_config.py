@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 import redis
 from confluent_kafka import KafkaError
@@ -310,3 +311,29 @@ def test_a_failed_start_up_check_leaves_no_client_behind(
         cluster_topics(KafkaSettings(bootstrap_servers="127.0.0.1:1"), timeout_s=1)
     gc.collect()
     assert failure.value is not None and made and made[0]() is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DSH_PROJECTOR_BATCH_SIZE", "0"),  # consume(-1) failed mid-run
+        ("DSH_PROJECTOR_POLL_TIMEOUT_S", "-1"),
+        ("DSH_PROJECTOR_SENTINEL_INTERVAL_S", "0"),
+        ("DSH_PROJECTOR_SESSION_TIMEOUT_MS", "5"),
+        ("DSH_PROJECTOR_METRICS_PORT", "70000"),
+        ("DSH_PROJECTOR_CACHE_SESSIONS", "-1"),
+        ("DSH_PROJECTOR_REPLAY_WORKERS", "-2"),
+    ],
+)
+def test_a_projector_setting_out_of_its_range_is_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    from projectors.settings import ProjectorSettings
+    from servicekit.settings import settings_error
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(pydantic.ValidationError) as refused:
+        ProjectorSettings()
+    error = settings_error(refused.value)
+    assert error is not None
+    assert error.code == "BAD_SETTING" and error.message.startswith(f"{name}: ")
