@@ -329,3 +329,24 @@ def test_docs_state_what_is_true_now_not_a_diary(path: Path) -> None:
     text = _prose(path)
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), f"{path.name}: a date; say what holds now"
     assert not re.search(r"\bround \d", text, flags=re.I), f"{path.name}: a benchmark round"
+
+
+def _image_extras() -> set[str]:
+    """The package extras the runtime stage of deploy/Dockerfile installs."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    runtime = dockerfile.rsplit("\nFROM ", 1)[1]
+    return {
+        extra.strip()
+        for group in re.findall(r"pip install [^\n]*dsh-pipeline\[([\w, ]+)\]", runtime)
+        for extra in group.split(",")
+    }
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_doc_says_the_image_lacks_an_extra_it_installs(path: Path) -> None:
+    extras = _image_extras()
+    assert "serve" in extras, "every image runs `dsh serve` (docs/deploy.md)"
+    for line in _prose(path).splitlines():
+        named = set(re.findall(r"dsh-pipeline\[(\w+)\]", line)) & extras
+        lacks = re.search(r"image (?:does not|doesn't|lacks)|not (?:yet )?in the image", line)
+        assert not (named and lacks), f"{path.name}: the image installs {sorted(named)}: {line}"
