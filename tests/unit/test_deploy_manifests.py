@@ -651,14 +651,24 @@ def test_serve_runs_in_compose_and_k8s_probed_on_its_api_port() -> None:
 def test_dsh_serve_stops_on_its_own_within_each_grace_period() -> None:
     """On SIGTERM `dsh serve` gives the requests in hand DSH_SERVE_SHUTDOWN_TIMEOUT_S, then
     closes its clients: the supervisor's grace period must leave room for both, or it kills
-    the process mid-stop."""
+    the process mid-stop. In Kubernetes a preStop sleep comes first, inside the same grace
+    period: uvicorn stops listening on SIGTERM, while kube-proxy and the Ingress still route
+    to a terminating pod until they have heard of it."""
     margin_s = 5  # the streams' idle second, closing the Kafka clients
     (deployment,) = [d for d in k8s_of_kind("Deployment") if runs_serve(d)]
     spec = deployment["spec"]["template"]["spec"]
     (container,) = spec["containers"]
+    command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+    assert command and command[0] == "sleep", "serve keeps serving while it leaves endpoints"
+    sleep_s = int(command[1])
+    assert 3 <= sleep_s <= 15, sleep_s
+    # The hook runs in the image: Debian's coreutils (python:*-slim) have /bin/sleep.
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    runtime_base = re.findall(r"^FROM (\S+)", dockerfile, flags=re.M)[-1]
+    assert re.fullmatch(r"python:[\d.]+-slim", runtime_base), runtime_base
     env = k8s_container_env(container)
     timeout_s = int(env.get("DSH_SERVE_SHUTDOWN_TIMEOUT_S", ServeSettings().shutdown_timeout_s))
-    assert timeout_s + margin_s <= spec["terminationGracePeriodSeconds"]
+    assert sleep_s + timeout_s + margin_s <= spec["terminationGracePeriodSeconds"]
     (serve,) = [s for s in compose_services().values() if s.get("command") == ["serve"]]
     env = compose_env(serve)
     timeout_s = int(env.get("DSH_SERVE_SHUTDOWN_TIMEOUT_S", ServeSettings().shutdown_timeout_s))
