@@ -542,6 +542,21 @@ def test_topic_jobs_create_partition_aligned_topics_with_the_right_replication()
     assert compose_services()["topics"]["entrypoint"] == command
 
 
+def test_the_topics_job_makes_way_for_the_next_image() -> None:
+    """A Job's pod template is immutable and every upgrade changes its image: unless the
+    finished Job is gone by then, `kubectl apply -k` of the new tag fails. It is deleted a
+    while after it ends (time to read its outcome), and docs/deploy.md says what an upgrade
+    does."""
+    (job,) = k8s_of_kind("Job")
+    ttl_s = job["spec"].get("ttlSecondsAfterFinished")
+    assert isinstance(ttl_s, int), "the finished Job would block every upgrade"
+    assert 60 <= ttl_s <= 3600, ttl_s
+    minutes = f"{ttl_s // 60} minutes"
+    for text in ((K8S / "topics-job.yaml").read_text(), (ROOT / "docs" / "deploy.md").read_text()):
+        assert minutes in text and "delete job topics" in text
+    assert "Upgrading is the same `kubectl apply -k`" in (ROOT / "docs" / "deploy.md").read_text()
+
+
 def test_create_topics_passes_the_job_environment_to_ensure_topics(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
