@@ -407,8 +407,8 @@ def _group_members(kafka: KafkaSettings, group: str) -> list[Any]:
 def test_a_projector_restarted_after_sigkill_takes_its_partitions_back_at_once(
     topics: KafkaSettings, servers, tmp_path: Path
 ) -> None:
-    """Static membership (``DSH_PROJECTOR_INSTANCE_ID``, the pod name in the shipped
-    manifests): a projector killed and started again replaces its dead predecessor in the
+    """Static membership (``DSH_PROJECTOR_INSTANCE_ID``, the service name in the compose
+    file): a projector killed and started again replaces its dead predecessor in the
     group at once, with the same assignment, instead of waiting for the dead member's session
     to expire. Seen in the group itself: one member, the new one, holding every partition, while
     the old session (a minute) has long to run."""

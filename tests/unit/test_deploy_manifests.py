@@ -691,6 +691,28 @@ def test_dsh_serve_stops_on_its_own_within_each_grace_period() -> None:
     assert grace.endswith("s") and timeout_s + margin_s <= int(grace[:-1]), grace
 
 
+def test_a_static_group_member_is_named_only_where_names_survive_a_replacement() -> None:
+    """Static membership (``group.instance.id``) from the pod name: a static member never
+    leaves its group, so its partitions wait out its session until a process with the same
+    id joins. A Deployment renames its pods on every rollout, so only a StatefulSet's pod
+    name may be one. The writer's pod name is its transactional id, not a member id: a
+    clean stop settles its transaction, and a dead writer's is fenced by the next owner."""
+    with_templates = [d for d in k8s_objects() if "template" in d.get("spec", {})]
+    assert {d["kind"] for d in with_templates} >= {"Deployment", "Job"}
+    for doc in with_templates:
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            for item in container.get("env", []):
+                field = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+                if item["name"].endswith("_INSTANCE_ID") and field == "metadata.name":
+                    assert doc["kind"] == "StatefulSet", (
+                        f"{doc['kind']}/{doc['metadata']['name']}: {item['name']} from a pod "
+                        "name that changes on every rollout"
+                    )
+            # Nor a fixed id: a Deployment's replicas would share it and take turns.
+            if doc["kind"] == "Deployment":
+                assert not [n for n in k8s_container_env(container) if n.endswith("_INSTANCE_ID")]
+
+
 @pytest.fixture(scope="module")
 def kustomized() -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
