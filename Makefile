@@ -51,11 +51,19 @@ check: $(STAMP)
 # an engine), openssl (the TLS test's certificates) and iptables (the network faults' packet
 # loss); installed from Debian's packages when missing and we may, else those tests skip or fail
 # saying what is missing. Toxiproxy, the network faults' proxy, is a Go module: built once into
-# .state/tools from the Go module proxy.
+# .state/tools from the Go module proxy (proxy.golang.org), with Debian's Go (golang-go; the
+# module needs Go 1.17) when no `go` is installed and we may; without Go the suite cannot run.
 TOXIPROXY_VERSION := v2.5.0
 TOXIPROXY := .state/tools/toxiproxy-server-$(TOXIPROXY_VERSION)
 
 $(TOXIPROXY):
+	@if ! command -v go >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends golang-go >/dev/null; \
+	  else echo "error: Toxiproxy is built with Go: install it (apt-get install golang-go)" >&2; \
+	    exit 1; fi; \
+	fi
 	mkdir -p .state/tools/build
 	GOBIN=$(CURDIR)/.state/tools/build go install \
 	  github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)

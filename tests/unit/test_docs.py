@@ -104,6 +104,58 @@ def test_make_demo_is_setup_then_the_demo_once_the_venv_is_built() -> None:
     assert result.stdout.splitlines() == ["/venv/bin/dsh setup", "/venv/bin/dsh demo"]
 
 
+# What a fresh Debian system has (its essential packages, the shell's builtins) or the venv.
+BASE_PROGRAMS = {"[", "command", "echo", "exit", "fi", "id", "mkdir", "mv", "rm", "touch"}
+# The programs the README's prerequisites name, by the words it names them with.
+PREREQUISITE_WORDS = {"python3": "Python", "apt-get": "`apt-get`"}
+
+
+def _make_test_commands() -> list[str]:
+    """Every shell command `make test` would run on a fresh clone, one logical line each."""
+    result = subprocess.run(
+        ["make", "-nB", "test"], cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    joined = result.stdout.replace("\\\n", " ")
+    return [line for line in joined.splitlines() if line and not line.startswith("#")]
+
+
+def _programs(line: str) -> set[str]:
+    found = set()
+    unquoted = re.sub(r""""[^"]*"|'[^']*'""", "''", line)
+    for part in re.split(r"&&|\|\||[;|()!]|\b(?:if|then|else)\b", unquoted):
+        words = [w for w in part.split() if not re.fullmatch(r"[A-Z_]+=\S*", w)]
+        if words and not words[0].startswith((".venv/", "'", ">")):
+            found.add(words[0])
+    return found
+
+
+def test_make_test_needs_only_what_the_readme_names_or_the_makefile_installs() -> None:
+    """On the machine the README describes, `make test` finds or installs every program it
+    runs: each is in Debian's base system or the venv, named in the README's prerequisites,
+    or installed from Debian's packages when missing (as root, which the README asks for)."""
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"On a fresh Debian machine with ([^:]+):", readme)
+    assert found, "the README names what `make demo` and `make test` need"
+    prerequisites = found[1]
+    lines = _make_test_commands()
+    installed = {
+        program
+        for line in lines
+        if "apt-get install" in line
+        for program in re.findall(r"command -v ([\w.-]+)", line)
+    } - {"apt-get"}
+    for program in set().union(*map(_programs, lines)) - BASE_PROGRAMS - installed:
+        word = PREREQUISITE_WORDS.get(program, program)
+        assert word in prerequisites, (
+            f"make test runs {program}, which the README's prerequisites ({prerequisites}) do "
+            "not name and the Makefile does not install"
+        )
+    if any(re.search(r"\bgo install\b", line) for line in lines):
+        # Where it downloads from, for a reader behind a firewall.
+        assert "Go module proxy" in readme
+
+
 def _checked_commands() -> list[Any]:
     return [
         pytest.param(block, command, id=f"{block.where} {command.words[0]}")
