@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any
 from servicekit.settings import KafkaSettings, RedisSettings
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from fastapi import FastAPI
+
+METRICS_PORT = "DSH_SERVE_METRICS_PORT"
 
 
 def register(commands: Any) -> None:
@@ -44,8 +48,10 @@ def _serve(args: argparse.Namespace) -> int:
         ) from None
 
     from cli.endpoints import KAFKA_VARIABLE, REDIS_VARIABLE, kafka_settings, redis_settings
+    from serve.metrics import multiprocess_directory, workers_registry
     from serve.settings import ServeSettings
     from servicekit.logs import configure_logging
+    from servicekit.ports import require_free_port, serve_http
 
     logs = configure_logging("serve", args.log_level)
     settings = ServeSettings()
@@ -69,16 +75,36 @@ def _serve(args: argparse.Namespace) -> int:
     # done, and a service stopped on purpose exits 0, not killed by the signal. The same for
     # a SIGTERM before uvicorn handles it (while it starts): not ignored, an exit.
     signal.signal(signal.SIGTERM, _stopped)
+    require_free_port(settings.metrics_port, "/metrics", METRICS_PORT)
     if settings.workers == 1:
-        uvicorn.run(app, **server)
+        metrics = serve_http(settings.metrics_port, METRICS_PORT, None)
+        try:
+            uvicorn.run(app, **server)
+        finally:
+            _shut(metrics)
         return 0
     # Each worker is a process of its own that imports the app: it finds the pipeline this
-    # one resolved (perhaps the local stack's record) and the log level in its environment.
+    # one resolved (perhaps the local stack's record), the log level and the directory of its
+    # metrics in its environment; this process serves the sum of theirs.
     os.environ[KAFKA_VARIABLE] = kafka_settings().bootstrap_servers
     os.environ[REDIS_VARIABLE] = redis_settings().url.get_secret_value()
     os.environ["DSH_LOG_LEVEL"] = logs.level
-    uvicorn.run(f"{__name__}:app_in_worker", factory=True, workers=settings.workers, **server)
+    with multiprocess_directory() as directory:
+        registry = workers_registry(directory)
+        metrics = serve_http(settings.metrics_port, METRICS_PORT, None, registry)
+        try:
+            uvicorn.run(
+                f"{__name__}:app_in_worker", factory=True, workers=settings.workers, **server
+            )
+        finally:
+            _shut(metrics)
     return 0
+
+
+def _shut(server: WSGIServer | None) -> None:
+    if server is not None:
+        server.shutdown()
+        server.server_close()
 
 
 def _stopped(sig: int, frame: FrameType | None) -> None:

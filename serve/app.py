@@ -18,6 +18,7 @@ from serve.auth import Auth
 from serve.clients import Clients
 from serve.draining import draining_on_signals
 from serve.limits import BodyLimit
+from serve.metrics import Measured
 from serve.settings import ServeSettings
 from servicekit.redis_clients import redis_client
 from servicekit.settings import KafkaSettings, RedisSettings
@@ -80,4 +81,5 @@ def create_app(
     inspection.mount_page(app)
     problems.install(app, settings.retry_after_s)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(Measured)  # outermost: a refused body is a request answered too
     return app

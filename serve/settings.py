@@ -25,6 +25,11 @@ class ServeSettings(StrictSettings):
     """Worker processes, each a whole API with its own Kafka and Redis clients (the API keeps
     no state between requests): about one per core the service may use. Limits such as
     `max_streams` apply to each."""
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    """Port of `/metrics` (Prometheus; `0`: none), counting every worker's requests. A port of
+    its own, as the writer's and the projectors': the API's port faces clients, who have no
+    business reading the service's metrics (its `/livez` and `/readyz` stay on the API's
+    port)."""
     access_log: bool = True
     """A log line for each request (uvicorn's access log, at INFO). `false` spares the worker
     the cost of a log line per request where a gateway in front logs them already."""

@@ -29,6 +29,7 @@ from serve.access import SessionAccess
 from serve.appends import ERRORS
 from serve.feeds import Feeds
 from serve.limits import MAX_SEQ, parse_last_event_id
+from serve.metrics import OPEN_STREAMS
 from serve.problems import Problem, problem_type
 
 router = APIRouter(prefix="/v1")
@@ -106,6 +107,7 @@ class _Stream(StreamingResponse):
                 await self.feeds.settled(self.session_id)
             finally:
                 self.slot.release()
+                OPEN_STREAMS.dec()
 
 
 @router.get(
@@ -136,6 +138,7 @@ async def stream(
             f"{access.clients.settings.max_streams} streams are open (DSH_SERVE_MAX_STREAMS)",
             **{"Retry-After": str(access.clients.settings.retry_after_s)},
         )
+    OPEN_STREAMS.inc()  # from here the response gives the slot back, and this with it
     feeds = access.clients.feeds
     return _Stream(
         slot,

@@ -19,6 +19,8 @@ from servicekit.health import MEDIA_TYPE, Health
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication
 
+    from prometheus_client import CollectorRegistry
+
 
 @register_error
 class PortInUseError(SessionError):
@@ -49,14 +51,17 @@ def require_free_port(port: int, purpose: str, setting: str) -> None:
         raise PortInUseError(port, purpose, setting)
 
 
-def serve_http(port: int, setting: str, health: Health) -> WSGIServer | None:
-    """``/metrics`` (Prometheus), ``/livez`` and ``/readyz`` (``health``) on ``port`` (``0``:
+def serve_http(
+    port: int, setting: str, health: Health | None, registry: CollectorRegistry | None = None
+) -> WSGIServer | None:
+    """``/metrics`` (Prometheus: ``registry``, by default the process's own), ``/livez`` and
+    ``/readyz`` (``health``; ``None``: the service answers them elsewhere) on ``port`` (``0``:
     none), on daemon threads until ``shutdown()``; a taken port is ``PORT_IN_USE`` naming
     ``setting``."""
     if not port:
         return None
     try:
-        server = make_server("", port, _app(health), _ThreadingServer, _QuietHandler)
+        server = make_server("", port, _app(health, registry), _ThreadingServer, _QuietHandler)
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
@@ -65,11 +70,11 @@ def serve_http(port: int, setting: str, health: Health) -> WSGIServer | None:
     return server
 
 
-def _app(health: Health) -> WSGIApplication:
-    from prometheus_client import make_wsgi_app  # only the services need it, not every command
+def _app(health: Health | None, registry: CollectorRegistry | None) -> WSGIApplication:
+    from prometheus_client import REGISTRY, make_wsgi_app  # the services', not every command's
 
-    metrics: WSGIApplication = make_wsgi_app()
-    probes = {"/livez": health.liveness, "/readyz": health.readiness}
+    metrics: WSGIApplication = make_wsgi_app(registry or REGISTRY)
+    probes = {"/livez": health.liveness, "/readyz": health.readiness} if health else {}
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         probe = probes.get(environ.get("PATH_INFO", ""))

@@ -93,3 +93,17 @@ def serving_stack(servers: Servers, **serve: Any) -> Iterator[tuple[str, KafkaSe
         serving(create_app(settings, kafka, redis, Keys())) as url,
     ):
         yield url, kafka
+
+
+def children(pid: int) -> list[int]:
+    """uvicorn's worker processes under ``pid`` (multiprocessing's, not its resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and b"spawn_main" in command:
+            found.append(int(stat.parent.name))
+    return found

@@ -36,6 +36,7 @@ from tests.integration.serve_support import (
     KEYS,
     PREFIXES,
     TOKENS,
+    children,
     example_tools,
     serving,
     serving_stack,
@@ -478,20 +479,6 @@ def test_dsh_serve_runs_two_worker_processes_that_append_and_stop_on_sigterm(
         )
     finally:
         serve.close()
-
-
-def children(pid: int) -> list[int]:
-    """uvicorn's worker processes under ``pid`` (multiprocessing's, not its resource tracker)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            command = (stat.parent / "cmdline").read_bytes()
-        except (OSError, ValueError, IndexError):
-            continue
-        if parent == pid and b"spawn_main" in command:
-            found.append(int(stat.parent.name))
-    return found
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
