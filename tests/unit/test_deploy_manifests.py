@@ -27,6 +27,7 @@ from prometheus_client.metrics import MetricWrapperBase
 import producers.client_metrics
 import producers.writer.metrics
 import projectors.metrics
+import serve.metrics
 from cli import build_parser
 from deploy.local.settings import LocalStackSettings
 from producers.writer.settings import WriterSettings
@@ -110,7 +111,7 @@ def runs_serve(deployment: dict[str, Any]) -> bool:
 
 
 def pipeline_deployments() -> list[dict[str, Any]]:
-    """The writer's and the projectors' Deployments: `dsh serve` has no /metrics port."""
+    """The writer's and the projectors' Deployments: `dsh serve` probes its API's port."""
     return [d for d in k8s_of_kind("Deployment") if not runs_serve(d)]
 
 
@@ -201,6 +202,8 @@ def test_the_service_processes_get_the_settings_they_need() -> None:
             # is unreachable from outside its container.
             assert {"DSH_KAFKA_BOOTSTRAP_SERVERS", "DSH_REDIS_URL"} <= env.keys(), where
             assert env["DSH_SERVE_HOST"] == "0.0.0.0", where
+            # ServeSettings.metrics_port defaults to 0: no /metrics, nothing to scrape.
+            assert int(env.get("DSH_SERVE_METRICS_PORT", "0")) > 0, where
 
 
 def test_secrets_are_references_never_values() -> None:
@@ -268,7 +271,13 @@ def test_each_projection_runs_in_compose_and_in_k8s() -> None:
 def exported_metrics() -> dict[str, set[str]]:
     """Sample names the services expose, mapped to their label names."""
     found: dict[str, set[str]] = {}
-    for module in (producers.writer.metrics, producers.client_metrics, projectors.metrics):
+    modules = (
+        producers.writer.metrics,
+        producers.client_metrics,
+        projectors.metrics,
+        serve.metrics,
+    )
+    for module in modules:
         for value in vars(module).values():
             if not isinstance(value, MetricWrapperBase):
                 continue
@@ -338,6 +347,10 @@ def test_every_queried_metric_and_label_is_exported() -> None:
         "dsh_projector_lag",
         "dsh_projector_blocked_sessions",
         "dsh_projector_dlq_total",
+        "dsh_client_append_seconds_bucket",
+        "dsh_serve_requests_total",
+        "dsh_serve_request_seconds_bucket",
+        "dsh_serve_open_streams",
     ):
         assert needed in used, f"nothing queries {needed}"
 
@@ -367,6 +380,8 @@ def test_alerts_cover_what_operators_page_on() -> None:
         "DshWriterTransactionCommitSlow": "dsh_writer_transaction_commit_seconds_bucket",
         "DshProjectorApplyErrors": "dsh_projector_events_total",
         "DshWriterCyclicGarbage": "dsh_writer_gc_cyclic_garbage_objects_total",
+        "DshServeDown": 'up{job="dsh-serve"}',
+        "DshServeServerErrors": "dsh_serve_requests_total",
     }
     for alert, metric in expected.items():
         assert metric in rules[alert]["expr"], alert
@@ -406,12 +421,17 @@ def test_compose_scrape_targets_are_compose_services_on_their_metrics_ports() ->
             ports = {v for k, v in env.items() if k.endswith("_METRICS_PORT")}
             assert ports == {port}, f"{target}: the service serves /metrics on {ports}"
             scraped.add(host)
-    running = {n for n, s in services.items() if s.get("command", [""])[0] in ("writer", "project")}
-    assert scraped == running, "every writer and projector is scraped"
+    running = {
+        n
+        for n, s in services.items()
+        if s.get("command", [""])[0] in ("writer", "project", "serve")
+    }
+    assert scraped == running, "every writer, projector and dsh serve is scraped"
 
 
 def test_k8s_scrape_annotations_match_the_metrics_port() -> None:
-    for doc in pipeline_deployments():
+    """Every Deployment, `dsh serve`'s too, is scraped on the port its settings serve."""
+    for doc in k8s_of_kind("Deployment"):
         template = doc["spec"]["template"]
         annotations = template["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
@@ -484,6 +504,8 @@ def test_compose_healthchecks_probe_the_port_the_service_serves() -> None:
         ports = {v for k, v in compose_env(service).items() if k.endswith("_METRICS_PORT")}
         if not ports:
             continue  # not one of ours
+        if service.get("command") == ["serve"]:
+            continue  # probed on its API's port: test_serve_runs_in_compose_and_k8s_probed_on_...
         for port, path in re.findall(r"127\.0\.0\.1:(\d+)(/\w+)", probe):
             assert ports == {port}, f"{name} probes {port} but serves /readyz on {ports}"
             # Healthy gates depends_on: it must mean ready, not merely "answers /metrics".
