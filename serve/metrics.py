@@ -3,7 +3,8 @@ duration, and the open transcript streams (the ``SessionClient`` inside records 
 ``producers.client_metrics``).
 
 Labels are bounded: a route is the template it matched (``/v1/sessions/{session_id}/events``,
-never a session id), ``other`` when none did; a method outside the standard ones is ``other``.
+never a session id), ``other`` when none did (or a request was refused before routing, as
+``BodyLimit`` refuses a body); a method outside the standard ones is ``other``.
 
 With ``DSH_SERVE_WORKERS`` > 1 each worker is a process of its own: the parent gives them a
 private directory (``PROMETHEUS_MULTIPROC_DIR``, see :func:`multiprocess_directory`) where
