@@ -22,7 +22,8 @@ while the SDK gets back the very item it added. Back from the surface (:func:`su
 a node whose message is still the one logged gives its original item; a node some other
 producer wrote, or whose message a replace or message projection changed, is mapped back from
 its message, where reasoning blocks give no item (the SDK could not replay them without the
-provider's encrypted content).
+provider's encrypted content). A ``tool/result`` rewrite keeps the original item in ``meta``
+(it may change only the result's content): the item comes back with the rewritten output.
 """
 
 from __future__ import annotations
@@ -144,11 +145,11 @@ class Planner:
         role = item.get("role")
         next_id = f"dsh-{len(self.local)}"
         meta = {PLUGIN: {"item": _plain(item)}}
+        content = item_content(item)  # refuses an item with no faithful event
         if kind == "message" and role == "user":
             if self.has_output:
                 self.close_turn()
             self.open_turn()
-            content = _input_content(item.get("content"))
             message = {
                 "id": next_id,
                 "role": "user",
@@ -160,26 +161,19 @@ class Planner:
         elif kind == "message" and role in ("system", "developer"):
             self.open_step()
             plugin = PLUGIN if role == "system" else f"{PLUGIN}:developer"
-            content = _input_content(item.get("content"))
             data = {**self.system_data(next_id, content, plugin), META_KEY: meta}
             self.append("system/message", data, "append")
-        elif kind == "message" and role == "assistant":
-            self.model_step()
-            content = _output_content(item.get("content"))
-            self._assistant(item.get("id") or next_id, content, meta)
         elif kind == "function_call":
             self.model_step()
-            call_id, name, arguments = item["call_id"], item["name"], item.get("arguments", "")
-            block = {"type": "tool-call", "id": call_id, "name": name, "arguments": arguments}
-            self._assistant(item.get("id") or next_id, [block], meta)
+            self._assistant(item.get("id") or next_id, content, meta)
             self.append(
                 "tool/call",
                 {
                     "turn": self.turn,
                     "step": self.step,
-                    "callId": call_id,
-                    "name": name,
-                    "arguments": arguments,
+                    "callId": item["call_id"],
+                    "name": item["name"],
+                    "arguments": item.get("arguments", ""),
                 },
             )
         elif kind == "function_call_output":
@@ -189,28 +183,17 @@ class Planner:
                     f"function_call_output for call {call_id!r}, which no function_call of the "
                     "open step requested"
                 )
-            output = item.get("output", "")
-            content = [_text(output)] if isinstance(output, str) else _input_content(output)
-            block = {"type": "tool-result", "toolCallId": call_id, "content": content}
             message = {
                 "id": f"dsh-r-{len(self.local)}",
                 "role": "user",
-                "content": [{**block, "isError": False}],
+                "content": content,
                 "source": {"kind": "tool", "callId": call_id},
             }
             data = {"turn": self.turn, "step": self.step, "message": message, META_KEY: meta}
             self.append("tool/result", data, "append", [self.calls[call_id]])
-        elif kind == "reasoning":
+        else:  # an assistant message or reasoning: model output
             self.model_step()
-            summary = [s.get("text", "") for s in item.get("summary") or ()]
-            # At least one block: a message with no content projects to nothing, and the item
-            # would not come back.
-            blocks = [{"type": "reasoning", "text": t} for t in summary or [""]]
-            self._assistant(item.get("id") or next_id, blocks, meta)
-        else:
-            raise UnsupportedItemError(
-                f"item type {kind!r} (role {role!r}) has no faithful event in the vocabulary"
-            )
+            self._assistant(item.get("id") or next_id, content, meta)
 
     def _assistant(self, message_id: str, content: list[Any], meta: Any) -> None:
         message = {"id": message_id, "role": "assistant", "content": content, "source": self.source}
@@ -245,10 +228,8 @@ def surface_items(s: dsh.Session) -> list[dict[str, Any]]:
 
 
 def _items_of(ev: dsh.Event, logged: Any, message: Any) -> list[dict[str, Any]]:
-    holder = ev.data
-    original = holder.get(META_KEY, {}).get(PLUGIN, {}).get("item")
-    if isinstance(original, Mapping) and message == logged:
-        return [_plain(original)]
+    if message == logged:
+        return [_plain(item) for item in logged_items(ev)]
     return message_items(message)
 
 
@@ -260,7 +241,26 @@ def logged_items(ev: dsh.Event) -> list[Any]:
     if ev.type in ("system/message", "assistant/message") and not logged["content"]:
         return []
     original = ev.data.get(META_KEY, {}).get(PLUGIN, {}).get("item")
-    return [original] if isinstance(original, Mapping) else message_items(logged)
+    if not isinstance(original, Mapping):
+        return message_items(logged)
+    if _content_of(original) == logged["content"]:
+        return [original]
+    # The event carries an item its message no longer says: a tool/result rewrite (redaction,
+    # truncation by another service) may change only the result's content, so its meta still
+    # holds the item as first added. The model must get the rewritten output, not the stored
+    # one; the item keeps its other fields.
+    items = message_items(logged)
+    if ev.type == "tool/result" and len(items) == 1:
+        return [{**original, "output": items[0]["output"]}]
+    return items
+
+
+def _content_of(item: Mapping[str, Any]) -> Any:
+    """The message content :class:`Planner` logs for ``item`` (None if it would refuse it)."""
+    try:
+        return item_content(item)
+    except (ValidationError, KeyError, AttributeError, TypeError):
+        return None
 
 
 def _plain(value: Any) -> Any:
@@ -273,6 +273,45 @@ def _plain(value: Any) -> Any:
 
 def _text(t: str) -> dict[str, Any]:
     return {"type": "text", "text": t}
+
+
+def item_content(item: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The content of the message an SDK item is logged as."""
+    kind = item.get("type", "message")
+    role = item.get("role")
+    if kind == "message" and role in ("user", "system", "developer"):
+        return _input_content(item.get("content"))
+    if kind == "message" and role == "assistant":
+        return _output_content(item.get("content"))
+    if kind == "function_call":
+        arguments = item.get("arguments", "")
+        return [
+            {
+                "type": "tool-call",
+                "id": item["call_id"],
+                "name": item["name"],
+                "arguments": arguments,
+            }
+        ]
+    if kind == "function_call_output":
+        output = item.get("output", "")
+        content = [_text(output)] if isinstance(output, str) else _input_content(output)
+        return [
+            {
+                "type": "tool-result",
+                "toolCallId": item["call_id"],
+                "content": content,
+                "isError": False,
+            }
+        ]
+    if kind == "reasoning":
+        summary = [s.get("text", "") for s in item.get("summary") or ()]
+        # At least one block: a message with no content projects to nothing, and the item
+        # would not come back.
+        return [{"type": "reasoning", "text": t} for t in summary or [""]]
+    raise UnsupportedItemError(
+        f"item type {kind!r} (role {role!r}) has no faithful event in the vocabulary"
+    )
 
 
 def _input_content(content: Any) -> list[dict[str, Any]]:

@@ -473,3 +473,38 @@ def test_runner_resumes_an_interrupted_run_from_the_session(client: SessionClien
     for _ in range(3):
         _run(session.pop_item())
     assert _run(session.get_items()) == [items[0]]
+
+
+def test_a_tool_result_rewritten_by_another_service_is_what_the_sdk_gets(
+    client: SessionClient,
+) -> None:
+    """A redaction (a tool/result replace) may change only the result's content, so the event
+    still carries the item as first added: the SDK must get the rewritten output, on the
+    instance that added it and on a fresh one, with the item's other fields kept."""
+    session = DshAgentsSession("agents-redact", client)
+    call = {"type": "function_call", "call_id": "c1", "name": "env", "arguments": "{}"}
+    secret = {
+        "type": "function_call_output",
+        "call_id": "c1",
+        "output": "SECRET api_key=sk-123",
+        "id": "fco_1",
+    }
+    _run(session.add_items([{"role": "user", "content": "env?"}, call, secret]))  # type: ignore[list-item]
+    assert _run(session.get_items())[-1] == secret
+
+    result = next(e for e in client.read("agents-redact").events() if e.type == "tool/result")
+    data = json.loads(json.dumps(result.to_json()["data"]))
+    data["message"]["content"][0]["content"] = [{"type": "text", "text": "[redacted]"}]
+    client.append(
+        "agents-redact",
+        "tool/result",
+        data,
+        surface_op=dsh.Replace(result.seq, result.seq),
+        source_event_seqs=[result.seq],
+    )
+    redacted = {**secret, "output": "[redacted]"}
+    assert _run(session.get_items())[-1] == redacted
+    assert _run(session.get_items(limit=1)) == [redacted]
+    fresh = DshAgentsSession("agents-redact", client)
+    assert _run(fresh.get_items()) == _run(session.get_items())
+    assert "sk-123" not in json.dumps(_run(fresh.get_items()))

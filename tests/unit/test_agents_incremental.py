@@ -4,6 +4,7 @@ items read from its end agree, after every plan, with what a whole pass over the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -136,3 +137,17 @@ def test_a_malformed_item_is_an_unsupported_item_not_a_python_error(item: Any) -
     s = dsh.Session("sdk", invariants=True)
     with pytest.raises(UnsupportedItemError):
         Planner(s, SOURCE).item(item)
+
+
+def test_a_rewritten_tool_result_gives_its_new_output() -> None:
+    s = dsh.Session("sdk")
+    p = Planner(s, SOURCE)
+    for item in ROUNDS[2] + ROUNDS[3]:
+        p.item(item)
+    result = next(e for e in s.events() if e.type == "tool/result")
+    data = json.loads(json.dumps(result.to_json()["data"]))
+    data["message"]["content"][0]["content"] = [{"type": "text", "text": "[redacted]"}]
+    s.append("tool/result", data, dsh.Replace(result.seq, result.seq), [result.seq])
+    want = {"type": "function_call_output", "call_id": "c1", "output": "[redacted]"}
+    assert SurfaceItems().last(s, 1) == [want]
+    assert [item for _, its in node_items(s) for item in its][-1] == want
