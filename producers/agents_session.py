@@ -11,8 +11,10 @@ any service replaces the history the SDK sends. Like the SDK's own backends, eve
 the session as committed now (:meth:`_read`, the one read path: the writer answers it). A
 write is planned on the state this instance last read or committed, and sent as one
 all-or-nothing command with ``expected_seq``: if another producer appended since, it is
-refused whole (EXPECTED_SEQ_MISMATCH), planned again on a fresh read, never forked. So an
-``add_items`` is one round trip unless another producer got in first.
+refused whole (EXPECTED_SEQ_MISMATCH), planned again on a fresh read, never forked. A plan
+that sends nothing, or is refused, on that state is made again on a fresh read too: no command
+would carry an ``expected_seq`` to tell it was stale. So an ``add_items`` is one round trip
+unless another producer got in first.
 
 Every call runs its blocking work in a worker thread under a ``threading.Lock`` of this
 object, so one instance is safe from any thread and any event loop.
@@ -238,15 +240,32 @@ class DshAgentsSession:
         """Plan on what this instance last read or committed (the copy checks every event and
         gives its seq), then send the plan as one all-or-nothing command expecting that seq;
         planned again on a fresh read if another producer appended since."""
+        cached = self._known is not None
         for attempt in range(1, ATTEMPTS + 1):
-            local = self._known if attempt == 1 and self._known is not None else self._read()
+            local = self._known if cached and self._known is not None else self._read()
             self._known = None  # the plan changes it: kept again only if it commits
             start = len(local)
             planner = Planner(local, self.source, self._position)
-            plan(planner)  # raises before anything is sent: the batch is all-or-nothing
+            try:
+                plan(planner)  # raises before anything is sent: the batch is all-or-nothing
+            except ValidationError:
+                if not cached:
+                    raise
+                # Refused on a copy that may be stale (a function_call_output whose call
+                # another instance added): the outcome must be the one on the session as it
+                # is, so plan again on a fresh read, which raises if the refusal stands.
+                if len(local) == start:
+                    self._known = local  # unchanged: the read asks only for what came since
+                cached = False
+                continue
             if not planner.drafts:
                 self._known = local
-                return
+                if not cached:
+                    return
+                # Nothing to pop or clear on what this instance knew, but someone may have
+                # appended since; with no command, no expected_seq would tell: read and plan.
+                cached = False
+                continue
             drafts = [
                 draft(type_, data, surface_op=op, source_event_seqs=sources)
                 for type_, data, op, sources, _ in planner.drafts
@@ -259,5 +278,6 @@ class DshAgentsSession:
             except ValidationError as exc:
                 if exc.code != "EXPECTED_SEQ_MISMATCH" or attempt == ATTEMPTS:
                     raise
+                cached = False
                 # Instances that collided would collide again if they all re-read at once.
                 time.sleep(random.uniform(0, 0.005 * attempt))

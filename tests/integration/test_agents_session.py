@@ -508,3 +508,48 @@ def test_a_tool_result_rewritten_by_another_service_is_what_the_sdk_gets(
     fresh = DshAgentsSession("agents-redact", client)
     assert _run(fresh.get_items()) == _run(session.get_items())
     assert "sk-123" not in json.dumps(_run(fresh.get_items()))
+
+
+def _stale_pair(client: SessionClient, session_id: str) -> tuple[DshAgentsSession, ...]:
+    """A knows the session as empty; B then appends "hi"."""
+    a = DshAgentsSession(session_id, client)
+    b = DshAgentsSession(session_id, client)
+    assert _run(a.get_items()) == []
+    _run(b.add_items([{"role": "user", "content": "hi"}]))
+    return a, b
+
+
+# Writes are planned on what an instance last knew; where that plan is empty (nothing to pop or
+# clear) or refused, another instance's append since must count, as if it had read it.
+
+
+def test_clear_on_a_stale_copy_clears_what_another_instance_added(client: SessionClient) -> None:
+    a, b = _stale_pair(client, "agents-stale-clear")
+    _run(a.clear_session())
+    assert _run(b.get_items()) == []
+
+
+def test_pop_on_a_stale_copy_pops_what_another_instance_added(client: SessionClient) -> None:
+    a, b = _stale_pair(client, "agents-stale-pop")
+    assert _run(a.pop_item()) == {"role": "user", "content": "hi"}
+    assert _run(b.get_items()) == []
+
+
+def test_a_result_for_a_call_another_instance_added_is_accepted(client: SessionClient) -> None:
+    a = DshAgentsSession("agents-stale-result", client)
+    b = DshAgentsSession("agents-stale-result", client)
+    _run(a.add_items([{"role": "user", "content": "grep"}]))
+    call = {"type": "function_call", "call_id": "c1", "name": "grep", "arguments": "{}"}
+    _run(b.add_items([call]))  # type: ignore[list-item]
+    output = {"type": "function_call_output", "call_id": "c1", "output": "found"}
+    _run(a.add_items([output]))  # type: ignore[list-item]
+    assert [i.get("type", "message") for i in _run(b.get_items())] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
+    # A refusal that stands on the latest state is still raised, with nothing appended.
+    before = len(client.read("agents-stale-result"))
+    with pytest.raises(UnsupportedItemError):
+        _run(a.add_items([{**output, "call_id": "c9"}]))  # type: ignore[list-item]
+    assert len(client.read("agents-stale-result")) == before
