@@ -27,10 +27,10 @@ class SurfaceItems:
         self._nodes: dict[int, tuple[dsh.Event, bytes, int, bool]] = {}
 
     def last(self, s: dsh.Session, n: int | None) -> list[dict[str, Any]]:
-        """The last ``n`` items of the surface (``None``: all of them; a negative ``n`` slices
-        as ``items[-n:]`` would, as the adapter always has)."""
+        """The last ``n`` items of the surface (``None`` or a negative ``n``: all of them, as
+        the SDK's ``SQLiteSession`` gives)."""
         if n is not None and n < 0:
-            return self.last(s, None)[-n:]
+            n = None
         if n == 0:
             return []
         if not _own_messages(s):

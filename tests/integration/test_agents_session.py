@@ -553,3 +553,15 @@ def test_a_result_for_a_call_another_instance_added_is_accepted(client: SessionC
     with pytest.raises(UnsupportedItemError):
         _run(a.add_items([{**output, "call_id": "c9"}]))  # type: ignore[list-item]
     assert len(client.read("agents-stale-result")) == before
+
+
+def test_a_negative_limit_is_no_limit_as_in_sqlite_session(client: SessionClient) -> None:
+    session = DshAgentsSession("agents-negative-limit", client)
+    items: list[TResponseInputItem] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
+    _run(session.add_items(items))
+    assert _run(session.get_items(limit=-1)) == items
+    limited = DshAgentsSession("agents-negative-limit", client, session_settings={"limit": -1})
+    assert _run(limited.get_items()) == items

@@ -55,7 +55,7 @@ def check(s: dsh.Session, items: SurfaceItems, position: Position) -> None:
     assert (position.has_output, position.has_results) == (whole.has_output, whole.has_results)
     reference = [item for _, its in node_items(s) for item in its]
     for n in (None, 0, 1, 2, 3, 100, -1):
-        want = reference if n is None else [] if n == 0 else reference[-n:]
+        want = reference if n is None or n < 0 else [] if n == 0 else reference[-n:]
         assert items.last(s, n) == want, n
     last = next(((seq, its[-1]) for seq, its in reversed(node_items(s)) if its), None)
     assert items.last_node(s) == last
