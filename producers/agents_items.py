@@ -110,9 +110,11 @@ class Planner:
         if self.turn:
             self.append("turn/end", {"turn": self.turn, "reason": {"kind": "completed"}})
 
-    def model_step(self) -> None:
-        """Model output goes in a step; output after tool results is the next response."""
-        if self.step and self.has_results:
+    def model_step(self, call_id: str | None = None) -> None:
+        """Model output goes in a step; output after tool results is the next response, and so
+        is a call the open step already dispatched (added again after ``pop_item``): a step
+        dispatches a call once."""
+        if self.step and (self.has_results or call_id in self.calls):
             self.append("step/end", {"turn": self.turn, "step": self.step})
         self.open_step()  # the assistant/message that follows marks the turn as having output
 
@@ -164,7 +166,7 @@ class Planner:
             data = {**self.system_data(next_id, content, plugin), META_KEY: meta}
             self.append("system/message", data, "append")
         elif kind == "function_call":
-            self.model_step()
+            self.model_step(item["call_id"])
             self._assistant(item.get("id") or next_id, content, meta)
             self.append(
                 "tool/call",
@@ -182,6 +184,14 @@ class Planner:
                 raise UnsupportedItemError(
                     f"function_call_output for call {call_id!r}, which no function_call of the "
                     "open step requested"
+                )
+            if self.local.invariants and call_id in self.local.turns.answered:
+                # A call has one result in the log, and a popped one stays there: the result
+                # cannot be logged again without logging the call again, which no model did.
+                raise UnsupportedItemError(
+                    f"function_call_output for call {call_id!r}, which already has a result in "
+                    "the log (a popped result stays there): a call's result can be added again "
+                    "only with the call, after popping both"
                 )
             message = {
                 "id": f"dsh-r-{len(self.local)}",

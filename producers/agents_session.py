@@ -24,7 +24,9 @@ An append-only log cannot delete, so:
 - ``pop_item`` replaces the last surface node that yields an item with an empty
   ``system/message`` (it projects to nothing) citing it: the item leaves the surface, stays in
   the log, transcript and audit. If that node held several items (a message another producer
-  wrote with text and tool calls), all of them leave the surface; the last is returned.
+  wrote with text and tool calls), all of them leave the surface; the last is returned. A
+  popped ``function_call_output`` stays its call's one result in the log, so it can be added
+  again only with its call (``producers.agents_items``).
 - ``clear_session`` is a compaction to nothing: ``compaction/start``, then empty
   ``system/message`` replacements citing every current node (node 0 on its own when it is a
   system prompt, as the node-0 rule requires), then ``compaction/end``. The model sees an empty

@@ -565,3 +565,35 @@ def test_a_negative_limit_is_no_limit_as_in_sqlite_session(client: SessionClient
     assert _run(session.get_items(limit=-1)) == items
     limited = DshAgentsSession("agents-negative-limit", client, session_settings={"limit": -1})
     assert _run(limited.get_items()) == items
+
+
+def test_a_popped_tool_call_can_be_added_again(client: SessionClient) -> None:
+    """A step dispatches a call once: the call added again after its pop is the next step."""
+    session = DshAgentsSession("agents-pop-call", client)
+    call: Any = {"type": "function_call", "call_id": "c1", "name": "grep", "arguments": "{}"}
+    items: list[Any] = [{"role": "user", "content": "grep"}, call]
+    _run(session.add_items(items))
+    assert _run(session.pop_item()) == call
+    _run(session.add_items([call]))
+    assert _run(session.get_items()) == items
+    output: Any = {"type": "function_call_output", "call_id": "c1", "output": "found"}
+    _run(session.add_items([output]))
+    assert _run(session.get_items()) == [*items, output]
+
+
+def test_a_popped_tool_result_comes_back_only_with_its_call(client: SessionClient) -> None:
+    """A call has one result in the log and a popped one stays there, so the result alone is
+    refused, typed, with nothing appended; popped with its call, both can be added again."""
+    session = DshAgentsSession("agents-pop-result", client)
+    call: Any = {"type": "function_call", "call_id": "c1", "name": "grep", "arguments": "{}"}
+    output: Any = {"type": "function_call_output", "call_id": "c1", "output": "found"}
+    items: list[Any] = [{"role": "user", "content": "grep"}, call, output]
+    _run(session.add_items(items))
+    assert _run(session.pop_item()) == output
+    before = len(client.read("agents-pop-result"))
+    with pytest.raises(UnsupportedItemError, match="already has a result"):
+        _run(session.add_items([output]))
+    assert len(client.read("agents-pop-result")) == before
+    assert _run(session.pop_item()) == call
+    _run(session.add_items([call, output]))
+    assert _run(session.get_items()) == items
