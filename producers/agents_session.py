@@ -198,26 +198,25 @@ class DshAgentsSession:
         return cast("TResponseInputItem", popped[0]) if popped else None
 
     def _clear_session(self) -> None:
+        self._append(_plan_clear)
+
+    def _replace_items(self, items: list[TResponseInputItem]) -> None:
         def plan(p: Planner) -> None:
-            local = p.local
-            if not local.derive_messages():
-                return  # the model already sees nothing
-            nodes = list(local.surface.nodes)
-            p.open_step()
-            p.append("compaction/start", {"reason": "clear_session", "plugin": PLUGIN})
-            ranges = [nodes]
-            if local.event(nodes[0]).type == "system/message" and len(nodes) > 1:
-                ranges = [nodes[:1], nodes[1:]]  # node 0 may only be replaced on its own
-            for hidden in ranges:
-                p.append(
-                    "system/message",
-                    p.system_data(f"clear-{len(local)}", []),
-                    dsh.Replace(hidden[0], hidden[-1]),
-                    hidden,
-                )
-            p.append("compaction/end", {"reason": "clear_session", "replaced": len(nodes)})
+            _plan_clear(p)
+            for item in items:
+                p.item(cast(Mapping[str, Any], item))
 
         self._append(plan)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The history replaced by ``items`` in one command: a clear, then the items.
+
+        The hook the SDK's ``OpenAIResponsesCompactionSession`` (0.24.0) uses, when the
+        backend has it, instead of ``clear_session`` then ``add_items``. Its compacted output
+        holds ``compaction`` items, which have no faithful event: refused before anything is
+        sent, so the history stays as it was (not cleared, restored and logged twice)."""
+        await self._call(self._replace_items, list(items))
+        return True
 
     def _send(self, drafts: list[dict[str, Any]], expected_seq: int, request_id: str) -> None:
         """One all-or-nothing command. One that timed out may have committed: it is sent again
@@ -283,3 +282,24 @@ class DshAgentsSession:
                 cached = False
                 # Instances that collided would collide again if they all re-read at once.
                 time.sleep(random.uniform(0, 0.005 * attempt))
+
+
+def _plan_clear(p: Planner) -> None:
+    """A compaction to nothing (``clear_session``); nothing if the model already sees nothing."""
+    local = p.local
+    if not local.derive_messages():
+        return
+    nodes = list(local.surface.nodes)
+    p.open_step()
+    p.append("compaction/start", {"reason": "clear_session", "plugin": PLUGIN})
+    ranges = [nodes]
+    if local.event(nodes[0]).type == "system/message" and len(nodes) > 1:
+        ranges = [nodes[:1], nodes[1:]]  # node 0 may only be replaced on its own
+    for hidden in ranges:
+        p.append(
+            "system/message",
+            p.system_data(f"clear-{len(local)}", []),
+            dsh.Replace(hidden[0], hidden[-1]),
+            hidden,
+        )
+    p.append("compaction/end", {"reason": "clear_session", "replaced": len(nodes)})

@@ -8,6 +8,7 @@ import gc
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ pytest.importorskip("agents")
 
 from agents import Agent, ModelSettings, RunConfig, Runner, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem
-from agents.memory import Session
+from agents.memory import OpenAIResponsesCompactionSession, Session
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import (
@@ -597,3 +598,48 @@ def test_a_popped_tool_result_comes_back_only_with_its_call(client: SessionClien
     assert _run(session.pop_item()) == call
     _run(session.add_items([call, output]))
     assert _run(session.get_items()) == items
+
+
+def _compactor(session: DshAgentsSession, output: list[Any]) -> OpenAIResponsesCompactionSession:
+    """The SDK's compaction wrapper around ``session``, its responses.compact answering
+    ``output`` (no network)."""
+
+    async def compact(**kwargs: Any) -> Any:
+        return SimpleNamespace(output=output, usage=None)
+
+    stub: Any = SimpleNamespace(responses=SimpleNamespace(compact=compact))
+    return OpenAIResponsesCompactionSession(session.session_id, session, client=stub)
+
+
+HISTORY: list[Any] = [
+    {"role": "user", "content": "q1"},
+    {"role": "assistant", "content": "a1"},
+    {"role": "user", "content": "q2"},
+]
+
+
+def test_the_sdks_compaction_output_is_refused_before_anything_is_appended(
+    client: SessionClient,
+) -> None:
+    """responses.compact answers with a `compaction` item, which has no faithful event: the
+    replacement is refused whole, the history neither cleared nor logged again."""
+    session = DshAgentsSession("agents-sdk-compaction", client)
+    _run(session.add_items(HISTORY))
+    before = len(client.read("agents-sdk-compaction"))
+    summary = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "s"}]}
+    compactor = _compactor(session, [summary, {"type": "compaction", "encrypted_content": "x"}])
+    with pytest.raises(UnsupportedItemError, match="compaction"):
+        _run(compactor.run_compaction({"force": True}))
+    assert len(client.read("agents-sdk-compaction")) == before
+    assert _run(session.get_items()) == HISTORY
+
+
+def test_the_sdks_compaction_replaces_the_history_in_one_command(client: SessionClient) -> None:
+    session = DshAgentsSession("agents-sdk-compaction-ok", client)
+    _run(session.add_items(HISTORY))
+    summary = {"role": "user", "content": [{"type": "input_text", "text": "q1 got a1; q2?"}]}
+    _run(_compactor(session, [summary]).run_compaction({"force": True}))
+    items = _run(DshAgentsSession("agents-sdk-compaction-ok", client).get_items())
+    assert [i["content"] for i in items] == [summary["content"]]
+    log = client.read("agents-sdk-compaction-ok")
+    assert sum(e.type == "user/message" for e in log.transcript()) == 3  # nothing lost
