@@ -16,7 +16,7 @@ import re
 import struct
 from typing import Any
 
-from dsh.json_snapshot import FrozenDict, FrozenList
+from dsh.json_snapshot import MAX_DEPTH, FrozenDict, FrozenList
 from schemas.errors import CorruptRecordError, TooDeep
 
 _UNPACK_DOUBLE = struct.Struct("<d").unpack_from
@@ -68,7 +68,10 @@ def read_block_count(data: bytes, pos: int) -> tuple[int, int]:
     return n, pos
 
 
-def read_json_value(data: bytes, pos: int) -> tuple[Any, int]:
+def read_json_value(data: bytes, pos: int, depth: int = 0) -> tuple[Any, int]:
+    """One JsonValue. Objects and arrays nest at most ``MAX_DEPTH`` deep, counted as the core
+    counts them (the outermost container is at depth 0): deeper nesting is corrupt, refused
+    before it can exhaust the stack (the compiled copy has no recursion limit of its own)."""
     branch = data[pos]
     pos += 1
     if branch == 8:  # string (zigzag 4)
@@ -79,20 +82,24 @@ def read_json_value(data: bytes, pos: int) -> tuple[Any, int]:
             return (b >> 1) ^ -(b & 1), pos + 1
         return read_long(data, pos)
     if branch == 14:  # map (zigzag 7)
+        if depth >= MAX_DEPTH:
+            raise _too_deep(pos)
         out: dict[str, Any] = {}
         n, pos = read_block_count(data, pos)
         while n:
             for _ in range(n):
                 k, pos = read_str(data, pos)
-                out[k], pos = read_json_value(data, pos)
+                out[k], pos = read_json_value(data, pos, depth + 1)
             n, pos = read_block_count(data, pos)
         return out, pos
     if branch == 12:  # array (zigzag 6)
+        if depth >= MAX_DEPTH:
+            raise _too_deep(pos)
         items: list[Any] = []
         n, pos = read_block_count(data, pos)
         while n:
             for _ in range(n):
-                x, pos = read_json_value(data, pos)
+                x, pos = read_json_value(data, pos, depth + 1)
                 items.append(x)
             n, pos = read_block_count(data, pos)
         return items, pos
@@ -113,11 +120,18 @@ def read_json_value(data: bytes, pos: int) -> tuple[Any, int]:
     raise CorruptRecordError(f"JsonValue union index out of range at offset {pos - 1}")
 
 
+def _too_deep(pos: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"JsonValue nested deeper than {MAX_DEPTH} levels at offset {pos - 1}"
+        " (the core's limit, dsh.json_snapshot.MAX_DEPTH)"
+    )
+
+
 # Frozen JsonValues nest at most this deep below their root; a deeper one makes the frozen read
-# give up (TooDeep) and the caller decode plainly, leaving the core's own depth limit
-# (dsh.json_snapshot.MAX_DEPTH, counted from the event's data) to judge it exactly. Typed
-# records above a JsonValue add only a few levels, so a value under this bound is well within
-# the core's limit.
+# give up (TooDeep) and the caller decode plainly (refused beyond MAX_DEPTH), leaving the core's
+# own depth limit (dsh.json_snapshot.MAX_DEPTH, counted from the event's data, typed records
+# included) to judge it exactly. Typed records above a JsonValue add only a few levels, so a
+# value under this bound is well within the core's limit.
 FROZEN_JSON_DEPTH = 64
 
 

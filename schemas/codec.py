@@ -124,7 +124,8 @@ class Codec:
         values are exactly what ``dsh.json_snapshot.freeze`` makes of a plain decode: Avro
         carries only lossless JSON (string keys, finite doubles). A JsonValue nested deeper
         than ``avro_read.FROZEN_JSON_DEPTH``, or a writer schema other than the current one, is
-        decoded plainly instead, leaving the core's depth limit to judge it."""
+        decoded plainly instead, leaving the core's depth limit to judge it (the plain read
+        refuses, as corrupt, only a JsonValue nested deeper than that limit)."""
         try:
             return self.decode(data, expect, True)
         except TooDeep:
@@ -175,8 +176,13 @@ def _resolving_read(
     writer: MessageSchema, reader: MessageSchema
 ) -> Callable[[bytes, int], tuple[Any, int]]:
     to_json = compile_codec(reader.schema)[1]
+    # fastavro's compiled reader recurses in C with no limit: a deeply nested value would
+    # overflow the stack (a crash, not an error). So the bytes are first read with the writer's
+    # own schema by the compiled readers, which refuse nesting the core would refuse.
+    vet = compile_reader(writer.schema)
 
     def read_record(data: bytes, pos: int) -> tuple[Any, int]:
+        vet(data, pos)
         buf = BytesIO(data)
         buf.seek(pos)
         datum = schemaless_reader(buf, writer.parsed, reader.parsed, return_record_name=True)

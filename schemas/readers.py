@@ -11,10 +11,11 @@ of another writer version of a record are not read here: the codec resolves them
 
 from __future__ import annotations
 
+import threading
 from types import ModuleType
 from typing import Any
 
-from dsh.json_snapshot import FrozenDict, FrozenList
+from dsh.json_snapshot import MAX_DEPTH, FrozenDict, FrozenList
 from schemas import native
 from schemas.avro_io import Reader, bad_index, read_null
 from schemas.errors import CorruptRecordError
@@ -49,7 +50,9 @@ class _ReaderCompiler:
                 )
                 return json_value
             if name not in self.readers:
-                self.readers[name] = lambda d, p: self.readers[name](d, p)  # recursion
+                # What the record's own fields call to read it again (a tool-result block in
+                # a tool-result block): counted, see _recursive.
+                self.readers[name] = _recursive(name, self.readers)
                 self.readers[name] = self._record_reader(node)
             return self.readers[name]
         if kind == "enum":
@@ -137,6 +140,28 @@ class _ReaderCompiler:
             else:
                 src.field(fname, self.reader(ftype))
         return src.build()
+
+
+def _recursive(name: str, readers: dict[str, Reader]) -> Reader:
+    """The reader of a record inside a record of its own kind: nested at most ``MAX_DEPTH``
+    deep (each record is a JSON object, so the core refuses deeper values anyway), and refused
+    as corrupt beyond that, in the same place with the Python and the native readers, before
+    the native ones can exhaust the stack. Per thread: decodes may run in several."""
+    state = threading.local()
+
+    def r_recursive(data: bytes, pos: int) -> tuple[Any, int]:
+        depth: int = getattr(state, "depth", 0)
+        if depth >= MAX_DEPTH:
+            raise CorruptRecordError(
+                f"{name} records nested deeper than {MAX_DEPTH} levels at offset {pos}"
+            )
+        state.depth = depth + 1
+        try:
+            return readers[name](data, pos)
+        finally:
+            state.depth = depth
+
+    return r_recursive
 
 
 def _enum_reader(symbols: tuple[str, ...]) -> Reader:

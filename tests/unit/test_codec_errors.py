@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import pickle
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 import schemas
 from dsh.errors import SessionError, error_from_wire
+from schemas import native
 from schemas.store import default_store
 from tests.unit.test_codec_roundtrip import any_events
 
@@ -177,3 +180,90 @@ def test_codec_errors_cross_the_wire() -> None:
         rebuilt = error_from_wire(err.to_wire())
         assert type(rebuilt) is cls and rebuilt.code == err.code
         assert type(pickle.loads(pickle.dumps(err))) is cls
+
+
+# Decodes records nested ``depth`` deep, each way the codec can read them, and prints one line
+# per case: ``ok``, or the error's class and code. Run in a child process so that a reader
+# overflowing the C stack (exit 139) fails the test instead of killing pytest.
+_NESTED = """
+import sys
+import schemas
+from schemas import native
+from schemas.codec import Codec
+from schemas.store import default_store
+from schemas.writers import compile_writer
+
+native.configure(sys.argv[1] == "on")
+depths = [int(d) for d in sys.argv[2:]]
+store = default_store()
+old = next(m for m in store.schemas()
+           if m.name == "dsh.v1.SessionEvent" and store.current(m.name) is not m)
+event = {"type": "x/y", "seq": 0, "time": 1, "data": "MARK", "ignorable": True}
+records = {
+    "current": schemas.encode_event(event, "s"),
+    "older writer": compile_writer(old.schema, old.header)(
+        {**event, "sessionId": "s", "formatVersion": 3}
+    ),
+}
+def nested_arrays(record, depth):  # data: [[[...]]], a one-item array per level (0c 02)
+    i = record.index(b"\\x08\\x08MARK")
+    return record[:i] + b"\\x0c\\x02" * depth + b"\\x00" + b"\\x00" * depth + record[i + 6:]
+def nested_results(depth):  # a tool-result block in a tool-result block, ``depth`` deep
+    block = {"type": "text", "text": "x"}
+    for _ in range(depth):
+        block = {"type": "tool-result", "toolCallId": "c", "content": [block], "isError": False}
+    message = {"id": "u", "role": "user", "content": [block], "source": {"kind": "user"}}
+    return schemas.encode_event(
+        {"type": "user/message", "seq": 0, "time": 1, "data": message, "surfaceOp": "append"}, "s"
+    )
+sys.setrecursionlimit(10**6)  # to encode the tool results; reset before decoding
+cases = [(f"{name} arrays", d, nested_arrays(r, d)) for name, r in records.items() for d in depths]
+cases += [("tool results", d, nested_results(d)) for d in depths if d < 1000]
+sys.setrecursionlimit(1000)
+codec = Codec()
+print(native.describe(), flush=True)
+for name, depth, data in cases:
+    for decode in (codec.decode, codec.decode_frozen):
+        try:
+            decode(data)
+            outcome = "ok"
+        except Exception as e:
+            outcome = f"{type(e).__name__} {getattr(e, 'code', '')}"
+        print(f"{name} {depth} {decode.__name__}: {outcome}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("native_readers", ["on", "off"])
+def test_nesting_deeper_than_the_core_allows_is_corrupt_with_either_reader(
+    native_readers: str,
+) -> None:
+    if native_readers == "on" and not native.available():
+        pytest.skip("no native build here")
+    # 128 nested arrays is the core's MAX_DEPTH: the deepest data it accepts; the ~400 KB of
+    # 200,000 used to overflow the native reader's stack, 20,000 it used to return.
+    depths = [128, 129, 600, 20_000, 200_000]
+    ran = subprocess.run(
+        [sys.executable, "-c", _NESTED, native_readers, *map(str, depths)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, f"exit {ran.returncode}: {ran.stdout[-2000:]}{ran.stderr[-2000:]}"
+    lines = ran.stdout.splitlines()
+    assert lines[0].startswith("native" if native_readers == "on" else "Python"), lines[0]
+    corrupt = "CorruptRecordError CODEC_CORRUPT"
+    expected = [
+        f"{name} {depth} {how}: {'ok' if depth <= 128 else corrupt}"
+        for name in ("current arrays", "older writer arrays")
+        for depth in depths
+        for how in ("decode", "decode_frozen")
+    ]
+    expected += [
+        # a tool-result block holds the next: at most 128 inside the outermost one (the core
+        # refuses any nesting of tool results; the codec only stops what could crash it)
+        f"tool results {depth} {how}: {'ok' if depth <= 129 else corrupt}"
+        for depth in depths
+        if depth < 1000
+        for how in ("decode", "decode_frozen")
+    ]
+    assert lines[1:] == expected

@@ -61,22 +61,28 @@ def _nested(depth: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize("depth", [FROZEN_JSON_DEPTH - 1, FROZEN_JSON_DEPTH + 1, MAX_DEPTH + 5])
-def test_deep_json_values_fall_back_and_the_core_judges_them(depth: int) -> None:
+@pytest.mark.parametrize(
+    "depth",
+    [FROZEN_JSON_DEPTH - 1, FROZEN_JSON_DEPTH + 1, MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 5],
+)
+def test_deep_json_values_fall_back_and_nesting_the_core_refuses_is_corrupt(depth: int) -> None:
     ev = {"type": "x-plugin/thing", "seq": 0, "time": 1, "data": {"v": _nested(depth)}}
     ev["ignorable"] = True
     data = schemas.encode_event(ev, "s1")
+    if depth + 1 > MAX_DEPTH:  # the object and its lists: deeper than the core accepts
+        for decode in (schemas.decode_event, schemas.decode_event_frozen):
+            with pytest.raises(schemas.CorruptRecordError, match="nested deeper than 128"):
+                decode(data)
+        with pytest.raises(ValidationError) as caught:
+            Event.from_json(ev)
+        assert caught.value.code == "JSON_TOO_DEEP"
+        return
     frozen = schemas.decode_event_frozen(data)
     assert frozen.event == schemas.decode_event(data).event
-    if depth + 1 >= MAX_DEPTH:
-        with pytest.raises(ValidationError) as caught:
-            Event.from_json(frozen.event)
-        assert caught.value.code == "JSON_TOO_DEEP"
-    else:
-        assert Event.from_json(frozen.event).data == ev["data"]
-        if depth < FROZEN_JSON_DEPTH:
-            assert type(frozen.event["data"]) is FrozenDict
-            assert type(frozen.event["data"]["v"]) is FrozenList
+    assert Event.from_json(frozen.event).data == ev["data"]
+    if depth < FROZEN_JSON_DEPTH:
+        assert type(frozen.event["data"]) is FrozenDict
+        assert type(frozen.event["data"]["v"]) is FrozenList
 
 
 def test_frozen_decode_errors_are_the_plain_ones() -> None:
