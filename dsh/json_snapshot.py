@@ -3,12 +3,13 @@
 ``freeze`` copies any JSON-shaped Mapping/Sequence into :class:`FrozenDict` / :class:`FrozenList`
 (subclasses of ``dict`` / ``list`` so they compare equal to plain JSON, serialize with ``json``
 and ``orjson`` unchanged, and index at C speed). Already-frozen values are shared, not copied:
-they were checked when they were frozen, and nothing can change them since.
+they were checked when they were frozen, and nothing can change them since; only their height
+(remembered on each container) still counts toward ``MAX_DEPTH`` where they are placed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from dsh.errors import ValidationError
@@ -25,7 +26,8 @@ def _immutable(self: object, *args: object, **kwargs: object) -> NoReturn:
 class FrozenDict(dict[str, Any]):
     """A ``dict`` whose mutators raise. Only :func:`freeze` should build one."""
 
-    __slots__ = ()
+    __slots__ = ("_height",)  # see _height
+    _height: int
     __setitem__ = _immutable
     __delitem__ = _immutable
     __ior__ = _immutable
@@ -54,7 +56,8 @@ class FrozenDict(dict[str, Any]):
 class FrozenList(list[Any]):
     """A ``list`` whose mutators raise. Only :func:`freeze` should build one."""
 
-    __slots__ = ()
+    __slots__ = ("_height",)  # see _height
+    _height: int
     __setitem__ = _immutable
     __delitem__ = _immutable
     __iadd__ = _immutable
@@ -161,7 +164,14 @@ def _freeze_list(seq: Sequence[Any], depth: int) -> FrozenList:
 
 def _freeze_other(value: object, depth: int) -> Any:
     t = type(value)
-    if t in _SCALAR_TYPES or t is FrozenDict or t is FrozenList:
+    if t in _SCALAR_TYPES:
+        return value
+    if t is FrozenDict or t is FrozenList:
+        # Shared, not copied; but placed below the root it nests deeper than where it was
+        # checked (data wrapping another event's data), so its height counts. A frozen root
+        # was judged where it was made: freeze, or the codec's frozen reads (well within).
+        if depth and depth + _height(value) > MAX_DEPTH:  # type: ignore[arg-type]
+            _too_deep(value)
         return value
     if t is float:
         if value - value != 0.0:  # type: ignore[operator]  # NaN and ±Infinity, without a call
@@ -180,6 +190,25 @@ def _freeze_other(value: object, depth: int) -> Any:
     if isinstance(value, float):
         return _freeze_other(float(value), depth)
     raise _Bad("JSON_UNSUPPORTED_TYPE", f"a {t.__name__} value")
+
+
+def _height(value: FrozenDict | FrozenList) -> int:
+    """Levels of containers in ``value``, itself included; remembered on each container, so a
+    frozen value shared again and again is measured once."""
+    try:
+        return value._height
+    except AttributeError:
+        pass
+    height = 0
+    items: Iterable[Any] = value.values() if type(value) is FrozenDict else value
+    for v in items:
+        t = v.__class__
+        if t is FrozenDict or t is FrozenList:
+            h = _height(v)
+            if h > height:
+                height = h
+    value._height = height + 1
+    return height + 1
 
 
 def _too_deep(value: object) -> NoReturn:

@@ -161,3 +161,30 @@ def test_shared_subvalues_are_not_cycles() -> None:
 
 def test_depth_just_under_the_limit_is_fine() -> None:
     assert freeze(_deep(MAX_DEPTH - 2))
+
+
+def _lists(value: Any, n: int) -> Any:
+    for _ in range(n):
+        value = [value]
+    return value
+
+
+def test_shared_frozen_values_count_toward_the_depth_limit() -> None:
+    # Data taken from another event is shared, not copied, and must not carry the nesting past
+    # the limit: wrapped again and again it once reached ~1,320 levels, which to_json and the
+    # codec could no longer handle.
+    s = dsh.Session.create("s")
+    e = s.append("x/deep", _lists({"leaf": 1}, 119), ignorable=True)  # 120 levels
+    with pytest.raises(dsh.ValidationError) as info:
+        s.append("x/deep", _lists(e.data, 120), ignorable=True)
+    assert info.value.code == "JSON_TOO_DEEP" and len(s) == 1
+    with pytest.raises(dsh.ValidationError) as info:
+        s.append("x/deep", {"a": [1, {"b": _lists(e.data, 8)}]}, ignorable=True)  # 131
+    assert info.value.code == "JSON_TOO_DEEP" and len(s) == 1
+    # The deepest that fits is accepted, and sharing still shares.
+    ok = s.append("x/deep", _lists(e.data, 8), ignorable=True)  # 128 levels
+    assert ok.data[0][0][0][0][0][0][0][0] is e.data
+    assert ok.to_json()["data"] == _lists(e.to_json()["data"], 8)
+    with pytest.raises(dsh.ValidationError) as info:
+        freeze([ok.data])
+    assert info.value.code == "JSON_TOO_DEEP"
