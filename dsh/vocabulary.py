@@ -147,7 +147,9 @@ def check_message(
             check_block(b, where, f"{path}.content[{i}]")
         raise _bad(where, f"{path}.content is not a valid block list")  # pragma: no cover
     src = _obj(m.get("source"), where, f"{path}.source")
-    fields = _SOURCE_FIELDS.get(src.get("kind"))  # type: ignore[arg-type]
+    kind = src.get("kind")
+    # A str first: a frozen object or list is unhashable, and the lookup would raise TypeError.
+    fields = _SOURCE_FIELDS.get(kind) if type(kind) is str else None
     if fields is None:
         raise _bad(where, f"{path}.source.kind {src.get('kind')!r} is not a known source")
     for key in fields:
@@ -231,7 +233,8 @@ def _turn_start(d: Mapping[str, Any], t: str) -> None:
 def _turn_end(d: Mapping[str, Any], t: str) -> None:
     _pos_int(d, "turn", t)
     reason = _obj(d.get("reason"), t, "data.reason")
-    if reason.get("kind") not in TURN_END_KINDS:
+    kind = reason.get("kind")
+    if type(kind) is not str or kind not in TURN_END_KINDS:  # str first: see check_message
         raise _bad(t, f"data.reason.kind {reason.get('kind')!r} is not a known turn end reason")
 
 

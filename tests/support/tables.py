@@ -588,6 +588,9 @@ BAD: list[tuple[str, str, Any, str]] = [
         "INVALID_DATA",
     ),
     ("unknown source", "user/message", _edit(user(), "source.kind", "alien"), "INVALID_DATA"),
+    # Unhashable kinds (frozen objects and lists) are refused, not a TypeError from a lookup.
+    ("source kind object", "user/message", _edit(user(), "source.kind", {}), "INVALID_DATA"),
+    ("source kind list", "user/message", _edit(user(), "source.kind", ["user"]), "INVALID_DATA"),
     (
         "plugin source needs plugin",
         "user/message",
@@ -675,6 +678,13 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("turn/start turn 0", "turn/start", {"turn": 0}, "INVALID_DATA"),
     ("turn/end reason kind", "turn/end", {"turn": 1, "reason": {"kind": "bored"}}, "INVALID_DATA"),
     ("turn/end reason string", "turn/end", {"turn": 1, "reason": "completed"}, "INVALID_DATA"),
+    ("turn/end reason kind list", "turn/end", {"turn": 1, "reason": {"kind": []}}, "INVALID_DATA"),
+    (
+        "turn/end reason kind object",
+        "turn/end",
+        {"turn": 1, "reason": {"kind": {}}},
+        "INVALID_DATA",
+    ),
     ("tool/call arguments", "tool/call", _edit(tool_call(), "arguments", {"x": 1}), "INVALID_DATA"),
     (
         "header.system",

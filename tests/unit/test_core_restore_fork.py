@@ -84,6 +84,18 @@ BAD_LOGS: list[tuple[str, Any, int, str]] = [
         "SURFACE_OP_FORBIDDEN",
     ),
     ("non-JSON data", lambda w: _mutate(w, 0, data={"turn": float("nan")}), 0, "JSON_NOT_FINITE"),
+    (
+        "unhashable turn end kind",
+        lambda w: _mutate(w, 7, data={"turn": 1, "reason": {"kind": []}}),
+        7,
+        "INVALID_DATA",
+    ),
+    (
+        "unhashable source kind",
+        lambda w: _mutate(w, 1, data={**w[1]["data"], "source": {"kind": {}}}),
+        1,
+        "INVALID_DATA",
+    ),
     ("not an object", lambda w: [*w[:1], "x"], 1, "INVALID_ENVELOPE"),
 ]
 
