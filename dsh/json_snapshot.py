@@ -246,6 +246,19 @@ def _has_cycle(root: object) -> bool:
 _DONE = object()
 
 
+def same_json(a: object, b: object) -> bool:
+    """Equal as JSON, types included: unlike ``==``, ``true``, ``1`` and ``1.0`` differ."""
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or a.keys() != b.keys():
+            return False
+        return all(same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        if not isinstance(b, list) or len(a) != len(b):
+            return False
+        return all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
 def thaw(value: object) -> Any:
     """A plain mutable ``dict``/``list`` copy, for callers that want to edit (``to_json``)."""
     if isinstance(value, dict):

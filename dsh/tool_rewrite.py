@@ -1,8 +1,8 @@
 """The tool-result rewrite rule: a ``tool/result`` replace rewrites one result's content only.
 
 It must replace exactly one current node, that node must be a ``tool/result``, and everything
-but the ``content`` inside the single tool-result block must stay equal (ids, isError, turn,
-step, error, meta...).
+but the ``content`` inside the single tool-result block must stay equal as JSON, types included
+(ids, isError, turn, step, error, meta...: ``true`` does not become ``1``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsh.errors import SurfaceError
+from dsh.json_snapshot import same_json
 from dsh.surface import ReplacePlan
 
 
@@ -37,7 +38,8 @@ def check_tool_result_rewrite(
             f"current tool/result (seq {plan.shadowed[0]} is {target_type})",
             code="TOOL_REWRITE_TARGET",
         )
-    if _without_result_content(data) != _without_result_content(target_data):
+    # JSON-strictly: with ``!=``, meta {"x": true} could become {"x": 1} (True == 1 == 1.0).
+    if not same_json(_without_result_content(data), _without_result_content(target_data)):
         raise SurfaceError(
             f"surface replace at seq {seq}: tool/result surface replacement may change only "
             f"content (of the result block of seq {plan.shadowed[0]})",

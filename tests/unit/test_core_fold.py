@@ -242,6 +242,28 @@ def test_a_tool_result_node_keeps_its_data_for_a_later_rewrite() -> None:
     assert resumed.apply(pruned, {}).shadowed == (3,)
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"x": True}, {"x": 1}),
+        ({"x": 1}, {"x": 1.0}),
+        ({"x": [0]}, {"x": [False]}),
+        ({"x": {"y": 1.0}}, {"x": {"y": True}}),
+    ],
+)
+def test_a_tool_result_rewrite_compares_json_strictly(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    # True == 1 == 1.0 in Python; as JSON (and on the wire) they are different values.
+    s = in_step(invariants=False)
+    s.append("tool/result", {**tool_result("c1"), "meta": before}, "append")  # 3
+    rewrite = {**tool_result("c1", body="[pruned]"), "meta": after}
+    with pytest.raises(dsh.SurfaceError) as err:
+        s.append("tool/result", rewrite, dsh.Replace(3, 3), [3])
+    assert err.value.code == "TOOL_REWRITE_CHANGED" and len(s) == 4
+    s.append("tool/result", {**rewrite, "meta": before}, dsh.Replace(3, 3), [3])
+
+
 def test_the_next_seq_is_a_rule_of_the_fold() -> None:
     fold = SurfaceFold()
     with pytest.raises(dsh.ValidationError) as err:
