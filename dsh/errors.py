@@ -8,7 +8,8 @@ Messages name the offending seq and field, like DSH's own.
 Codes raised by the core, by class (the module that raises them in brackets):
 
 - ``ValidationError``: ``INVALID_TYPE``, ``INVALID_ENVELOPE``, ``INVALID_IGNORABLE``
-  [event, session]; ``UNKNOWN_TYPE``, ``SEQ_NOT_NEXT`` [fold]; ``JSON_NOT_FINITE``,
+  [event, session]; ``TIME_OUT_OF_RANGE`` [session]; ``UNKNOWN_TYPE``, ``SEQ_NOT_NEXT``
+  [fold]; ``JSON_NOT_FINITE``,
   ``JSON_KEY_NOT_STRING``, ``JSON_UNSUPPORTED_TYPE``, ``JSON_CYCLE``, ``JSON_TOO_DEEP``
   [json_snapshot];
   ``INVALID_DATA``, ``TOOL_RESULT_SHAPE``, ``TOOL_RESULT_CALL_ID_MISMATCH``,

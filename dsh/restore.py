@@ -2,7 +2,8 @@
 
 Restore runs every event through the same path as append (``Session.append_logged``), plus
 what only a stored log can get wrong: the envelope and contiguous seqs. Recorded times are kept
-as logged (they are facts of the log; append alone guarantees they never go backwards).
+as logged, even going backwards as DSH's restore keeps them (append alone guarantees they never
+do); only a time beyond a signed 64-bit integer, which the wire cannot carry, is refused.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dsh.drafts import check_draft
-from dsh.errors import ProjectionError, ReentrantAppendError
+from dsh.errors import ProjectionError, ReentrantAppendError, ValidationError
 from dsh.event import Event, SurfaceOp, check_type
 from dsh.fold import APPEND, LOG, PROJECTION, Step, SurfaceFold
 from dsh.invariants import TurnState
@@ -29,8 +29,19 @@ Clock = Callable[[], int]
 Listener = Callable[[Event], object]
 
 
+# Event times are epoch milliseconds in a signed 64-bit integer (the Avro long of the wire).
+TIME_MIN, TIME_MAX = -(2**63), 2**63 - 1
+
+
 def _wall_clock() -> int:
     return _time.time_ns() // 1_000_000
+
+
+def _bad_time(ev: Event) -> ValidationError:
+    return ValidationError(
+        f"event {ev.seq} ({ev.type}): time {ev.time} is outside a signed 64-bit integer",
+        code="TIME_OUT_OF_RANGE",
+    )
 
 
 def is_append_surface_event(ev: Event) -> bool:
@@ -129,7 +140,12 @@ class Session:
         if now.__class__ is not int:
             now = int(now)
         last = self._last_time
-        ev = Event(type_, seq, now if now > last else last, frozen, op, sources, ignorable)
+        if now > last:
+            if now > TIME_MAX:
+                raise _bad_time(Event(type_, seq, now, frozen, op, sources, ignorable))
+        else:
+            now = last
+        ev = Event(type_, seq, now, frozen, op, sources, ignorable)
         self._busy = True  # an interpreter must not append either
         try:
             step = self._fold.plan(ev, self._projections)
@@ -145,9 +161,11 @@ class Session:
     def append_logged(self, events: Iterable[Event]) -> None:
         """Validate and commit events exactly as they were logged, in order: every rule of
         :meth:`append` applies, but each event keeps its seq (the first must be ``len(self)``)
-        and its recorded time, and listeners are not told. Restore and fork build sessions
-        with it. The events must be well-formed (``Event.from_json`` checks wire input). The
-        first rejected event raises; it commits nothing, the events before it stay committed.
+        and its recorded time (within a signed 64-bit integer, but possibly earlier than the
+        previous event's, as DSH's restore allows), and listeners are not told. Restore and
+        fork build sessions with it. The events must be well-formed (``Event.from_json`` checks
+        wire input). The first rejected event raises; it commits nothing, the events before it
+        stay committed.
         """
         if self._busy:
             raise ReentrantAppendError(
@@ -159,6 +177,9 @@ class Session:
         self._busy = True  # an interpreter must not append
         try:
             for ev in events:
+                # A time the wire cannot carry would also be stamped on every later append.
+                if not TIME_MIN <= ev.time <= TIME_MAX:
+                    raise _bad_time(ev)
                 step = plan(ev, projections)  # the surface rules, then the turn rules
                 if check is not None and step.kind <= LOG:
                     check(ev)
