@@ -14,6 +14,7 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dsh.json_snapshot import MAX_DEPTH
 from schemas.errors import CorruptRecordError, UnencodableError
 from schemas.rules import LONG_MAX, LONG_MIN, NoFit
 
@@ -65,7 +66,10 @@ TRUE = b"\x01"
 FALSE = b"\x00"
 
 
-def write_json_value(v: Any, buf: bytearray) -> None:
+def write_json_value(v: Any, buf: bytearray, depth: int = 0) -> None:
+    """One JsonValue; objects and arrays nested deeper than ``MAX_DEPTH`` are unencodable, as
+    the readers refuse them (``avro_read.read_json_value``): a record is never sent that its
+    reader would dead-letter."""
     t = type(v)
     if t is str:
         buf += _J_STRING
@@ -82,6 +86,8 @@ def write_json_value(v: Any, buf: bytearray) -> None:
                 raise UnencodableError(f"integer too large to encode: {e}") from None
             write_str(text, buf)
     elif t is dict:
+        if depth >= MAX_DEPTH:
+            raise _too_deep()
         buf += _J_MAP
         if v:
             buf += long_bytes(len(v))
@@ -89,14 +95,16 @@ def write_json_value(v: Any, buf: bytearray) -> None:
                 if type(k) is not str:
                     raise UnencodableError(f"JSON object key must be a string, got {k!r}")
                 write_str(k, buf)
-                write_json_value(x, buf)
+                write_json_value(x, buf, depth + 1)
         buf += b"\x00"
     elif t is list or t is tuple:
+        if depth >= MAX_DEPTH:
+            raise _too_deep()
         buf += _J_ARRAY
         if v:
             buf += long_bytes(len(v))
             for x in v:
-                write_json_value(x, buf)
+                write_json_value(x, buf, depth + 1)
         buf += b"\x00"
     elif t is bool:
         buf += _J_BOOL
@@ -109,7 +117,11 @@ def write_json_value(v: Any, buf: bytearray) -> None:
     elif v is None:
         buf += _J_NULL
     else:
-        write_json_value(plain_json(v), buf)
+        write_json_value(plain_json(v), buf, depth)
+
+
+def _too_deep() -> UnencodableError:
+    return UnencodableError(f"JSON nested deeper than {MAX_DEPTH} levels (the core's limit)")
 
 
 def plain_json(v: Any) -> Any:

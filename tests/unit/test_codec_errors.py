@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas
-from dsh.errors import SessionError, error_from_wire
+from dsh.errors import SessionError, ValidationError, error_from_wire
+from dsh.json_snapshot import MAX_DEPTH
 from schemas import native
 from schemas.store import default_store
 from tests.unit.test_codec_roundtrip import any_events
@@ -267,3 +268,22 @@ def test_nesting_deeper_than_the_core_allows_is_corrupt_with_either_reader(
         for how in ("decode", "decode_frozen")
     ]
     assert lines[1:] == expected
+
+
+def test_json_nested_deeper_than_the_core_allows_is_unencodable() -> None:
+    # Symmetric with the readers: a command the writer could not decode is never sent, and the
+    # client raises the core's own error for it instead of waiting on a dead-lettered command.
+    from producers.client import _as_the_core_would
+
+    def nested(n: int) -> Any:
+        value: Any = "leaf"
+        for _ in range(n):
+            value = [value]
+        return value
+
+    event = {"type": "x/y", "seq": 0, "time": 1, "ignorable": True}
+    schemas.encode_event({**event, "data": nested(MAX_DEPTH)}, "s")
+    with pytest.raises(schemas.UnencodableError) as info:
+        schemas.encode_event({**event, "data": nested(MAX_DEPTH + 1)}, "s")
+    core = _as_the_core_would(info.value, [{"type": "x/y", "data": nested(MAX_DEPTH + 1)}])
+    assert type(core) is ValidationError and core.code == "JSON_TOO_DEEP"
