@@ -1,11 +1,11 @@
 """A gap's rebuild scans the session's partition from its first offset: on a large partition
 that outlasts the liveness bound while it makes progress, and a probe that failed then would
-restart the projector into the same scan."""
+restart the projector into the same scan. So the scan beats the service's liveness as it goes:
+counted here, not timed, as a busy machine's pauses would make any stall bound flaky."""
 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 
 import redis
@@ -20,8 +20,7 @@ from servicekit.settings import KafkaSettings, RedisSettings
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.projector_support import events_of, publish, simple_session
 
-STALL_S = 0.15
-FILLER = 60_000  # other records of the partition: the scan outlasts STALL_S several times
+FILLER = 20_000  # other records of the partition, which the scan reads past
 
 
 def test_a_rebuild_scanning_a_large_partition_keeps_the_projector_alive(
@@ -35,7 +34,15 @@ def test_a_rebuild_scanning_a_large_partition_keeps_the_projector_alive(
     publish(topics, ((fillers[i % 64], b"not an event") for i in range(FILLER)), 5_000)
     publish(topics, events_of(session))
 
-    health = Health(stall_s=STALL_S)
+    health = Health()
+    beats: list[float] = []
+    beat = health.beat
+
+    def counted() -> None:
+        beats.append(time.monotonic())
+        beat()
+
+    health.beat = counted  # type: ignore[method-assign]
     runtime = build_runtime(
         "surface",
         topics,
@@ -43,25 +50,9 @@ def test_a_rebuild_scanning_a_large_partition_keeps_the_projector_alive(
         ProjectorSettings(group_prefix=f"g-{topics.topic_prefix}", projections=""),
         health,
     )
-    probes: list[int] = []
-    done = threading.Event()
-
-    def probe() -> None:  # what Kubernetes' liveness probe asks, every 20 ms
-        while not done.is_set():
-            probes.append(health.liveness()[0])
-            time.sleep(0.02)
-
-    prober = threading.Thread(target=probe, daemon=True)
-    health.beat()
-    started = time.monotonic()
-    prober.start()
-    try:
-        runtime.rebuilds.rebuild({partition: {session.id}}, cause="gap")
-    finally:
-        done.set()
-        prober.join(5)
-    took = time.monotonic() - started
-    assert took > 2 * STALL_S, f"the scan took {took:.2f}s: too short to tell anything"
-    assert probes and set(probes) == {200}, f"liveness failed during a {took:.1f}s rebuild"
+    beats.clear()
+    runtime.rebuilds.rebuild({partition: {session.id}}, cause="gap")
+    # At least one beat per thousand records scanned (the partition holds the session too).
+    assert len(beats) >= FILLER // 1_000, f"{len(beats)} beats while scanning {FILLER} records"
     view = Views(redis_client, timeout_s=0).surface(session.id)
     assert view.applied == len(session) - 1 and view.messages == session.derive_messages()
