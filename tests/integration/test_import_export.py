@@ -192,6 +192,23 @@ def cli_env(kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch) -> KafkaSetti
     return kafka
 
 
+def _too_big_for_the_writer(tmp_path: Path) -> Path:
+    """A session file valid for the core whose second event is over MAX_EVENT_BYTES: only a
+    writer with that limit refuses it."""
+    lines = [
+        {"type": "session", "version": 3, "id": "big", "createdAt": 1},
+        {"type": "user/message", "seq": 0, "time": 1, "data": user("u0"), "surfaceOp": "append"},
+        {
+            "type": "user/message",
+            "seq": 1,
+            "time": 2,
+            "data": user("u1", "x" * (MAX_EVENT_BYTES + 1000)),
+            "surfaceOp": "append",
+        },
+    ]
+    return _write_lines(tmp_path / "big.jsonl", lines)
+
+
 def _sid(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
@@ -273,19 +290,7 @@ def test_cli_import_prints_the_session_and_a_writer_rejection_names_class_code_a
     assert main(["import", str(FORMATS / "v0_legacy.jsonl"), "--session-id", _sid("h")]) == 0
     assert "16 events published, final seq 15" in capsys.readouterr().out
 
-    # Valid for the core, too big for this writer (MAX_EVENT_BYTES): only the writer refuses.
-    lines = [
-        {"type": "session", "version": 3, "id": "big", "createdAt": 1},
-        {"type": "user/message", "seq": 0, "time": 1, "data": user("u0"), "surfaceOp": "append"},
-        {
-            "type": "user/message",
-            "seq": 1,
-            "time": 2,
-            "data": user("u1", "x" * (MAX_EVENT_BYTES + 1000)),
-            "surfaceOp": "append",
-        },
-    ]
-    path = _write_lines(tmp_path / "big.jsonl", lines)
+    path = _too_big_for_the_writer(tmp_path)
     big = _sid("big")
     # Checked against the writer's limit first: refused whole, before anything is published.
     with pytest.raises(PayloadTooLargeError) as local:
@@ -744,18 +749,7 @@ def test_a_re_run_after_the_writer_was_fixed_is_a_new_attempt_not_the_old_reject
 ) -> None:
     """The writer remembers a rejection by request id, across restarts too: were a re-run's
     ids the first run's, it would get the old rejection back without being validated."""
-    lines = [
-        {"type": "session", "version": 3, "id": "big", "createdAt": 1},
-        {"type": "user/message", "seq": 0, "time": 1, "data": user("u0"), "surfaceOp": "append"},
-        {
-            "type": "user/message",
-            "seq": 1,
-            "time": 2,
-            "data": user("u1", "x" * (MAX_EVENT_BYTES + 1000)),
-            "surfaceOp": "append",
-        },
-    ]
-    path = _write_lines(tmp_path / "big.jsonl", lines)
+    path = _too_big_for_the_writer(tmp_path)
     sid = _sid("rerun")
     strict = writer_settings(max_event_bytes=MAX_EVENT_BYTES)
     with running_writer(topics, strict):

@@ -5,31 +5,16 @@ tests/integration/test_writer_roundtrip.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from producers.writer.journal import SNAPSHOT
 from producers.writer.residency import Budget
-from producers.writer.restore import CHECKPOINT_KEY, checkpoint_mark
+from producers.writer.restore import checkpoint_mark
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import PartitionState
-from schemas import WriterSnapshot, decode_snapshot
+from schemas import WriterSnapshot
 from tests.support.builders import user
+from tests.support.outbox import SnapshotOutbox as Outbox
 
 EVERY = 4
 BIG = "big"
-
-
-class Outbox:
-    def __init__(self) -> None:
-        self.snapshots: list[tuple[bytes | None, bytes | None]] = []
-
-    def put(self, serves: int, topic: str, value: bytes | None, key: bytes | None,
-            partition: int, kind: Any, request_id: bytes | None = None) -> None:  # fmt: skip
-        if kind == SNAPSHOT:
-            self.snapshots.append((key, value))
-
-    def checkpoints(self) -> list[WriterSnapshot]:
-        return [decode_snapshot(v or b"") for k, v in self.snapshots if k == CHECKPOINT_KEY]
 
 
 class Partition:

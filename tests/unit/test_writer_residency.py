@@ -5,29 +5,17 @@ real topics: tests/integration/test_writer_residency.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import producers.writer.snapshots as snapshots_module
 from dsh.errors import RestoreError
-from producers.writer.journal import SNAPSHOT
 from producers.writer.ownership import evict_restored
 from producers.writer.residency import Budget, Evicted, Residency
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import PartitionState, SessionState, new_session
 from schemas import decode_snapshot
 from tests.support.builders import user
-
-
-class Outbox:
-    def __init__(self) -> None:
-        self.snapshots: list[tuple[bytes | None, bytes | None]] = []
-
-    def put(self, serves: int, topic: str, value: bytes | None, key: bytes | None,
-            partition: int, kind: Any, request_id: bytes | None = None) -> None:  # fmt: skip
-        if kind == SNAPSHOT:
-            self.snapshots.append((key, value))
+from tests.support.outbox import SnapshotOutbox as Outbox
 
 
 def _residency(sessions: int = 0, size: int = 0) -> Residency:
