@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from confluent_kafka.admin import AdminClient
 from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 
@@ -18,6 +19,7 @@ from projectors.views import Views
 from serve.auth import Auth
 from serve.feeds import Feeds
 from serve.settings import ServeSettings
+from servicekit import kafka_clients
 from servicekit.redis_clients import RedisClient
 from servicekit.settings import KafkaSettings
 
@@ -39,6 +41,7 @@ class Clients:
         self._appenders: dict[str | None, SessionClient] = {}
         self._making: dict[str | None, asyncio.Future[SessionClient]] = {}  # on the event loop
         self._lock = threading.Lock()
+        self._probe: AdminClient | None = None
         self.streams = threading.BoundedSemaphore(settings.max_streams)
         # Set when the server begins to stop (serve.draining): open streams end then.
         self.stopping = threading.Event()
@@ -75,6 +78,14 @@ class Clients:
                 )
                 self._appenders[tenant] = client
             return client
+
+    def readiness_admin(self) -> AdminClient:
+        """The Kafka client of the readiness probe, made at its first probe and kept: a new one
+        per probe would log in (TLS, SASL) and fetch the metadata anew every few seconds."""
+        with self._lock:
+            if self._probe is None:
+                self._probe = kafka_clients.admin(self.kafka, quiet=True)
+            return self._probe
 
     def close(self) -> None:
         with self._lock:

@@ -33,7 +33,9 @@ def _checks(found: Clients) -> dict[str, str]:
     checks: dict[str, str] = {}
     try:
         names = [found.kafka.topic(t) for t in TOPICS]
-        partition_counts(found.kafka, names, KAFKA_PROBE_S, quiet=True)
+        partition_counts(
+            found.kafka, names, KAFKA_PROBE_S, quiet=True, admin=found.readiness_admin()
+        )
         checks["kafka"] = "ok"
     except SessionError as exc:  # unreachable, refused, or a topic missing
         checks["kafka"] = f"[{exc.code}] {exc.message}"

@@ -161,6 +161,7 @@ def partition_counts(
     *,
     appear_s: float = 0.0,
     quiet: bool = False,
+    admin: AdminClient | None = None,
 ) -> dict[str, int]:
     """The partition count of each of ``topics`` (full names): the start-up check of every
     service and command. A refused login or certificate fails at once (typed, see
@@ -169,10 +170,13 @@ def partition_counts(
 
     ``appear_s``: topics created a moment ago may not be in every broker's metadata yet (the
     controller answers CreateTopics before the brokers have applied it), so missing ones are
-    asked for again for that long before they count as missing."""
+    asked for again for that long before they count as missing.
+
+    ``admin``: a client kept for repeated checks (a readiness probe), instead of a new one,
+    with its connections and login, each time."""
     deadline = time.monotonic() + appear_s
     while True:
-        found = cluster_topics(kafka, timeout_s, quiet=quiet)
+        found = cluster_topics(kafka, timeout_s, quiet=quiet, admin=admin)
         missing = [t for t in topics if t not in found]
         if not missing:
             return {t: len(found[t].partitions) for t in topics}
@@ -186,7 +190,11 @@ def partition_counts(
 
 
 def cluster_topics(
-    kafka: KafkaSettings, timeout_s: float, *, quiet: bool = False
+    kafka: KafkaSettings,
+    timeout_s: float,
+    *,
+    quiet: bool = False,
+    admin: AdminClient | None = None,
 ) -> dict[str, Any]:
     """Topic metadata of the cluster (name -> TopicMetadata). Serves the client's callbacks
     while it waits: a refused login raises ``KafkaAuthenticationError`` and a broker
@@ -196,8 +204,10 @@ def cluster_topics(
     The client is polled and the error raised outside the ``except`` block, so the error has
     no ``__context__``: the KafkaException's traceback holds the admin client's frames, and a
     client kept alive by an error the caller holds goes on retrying its broker, logging, for
-    as long as the error is held."""
-    admin = kafka_clients.admin(kafka, quiet=quiet)
+    as long as the error is held. A caller's own ``admin`` (made with
+    ``kafka_clients.admin``) is used instead of a new one and kept."""
+    if admin is None:
+        admin = kafka_clients.admin(kafka, quiet=quiet)
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -28,6 +28,7 @@ from producers import SessionClient
 from projectors.keys import Keys
 from serve.app import create_app
 from serve.settings import ServeSettings
+from servicekit import kafka_clients
 from servicekit.settings import KafkaSettings, RedisSettings
 from tests.conftest import Servers
 from tests.integration.serve_support import (
@@ -363,6 +364,29 @@ def test_readyz_is_200_with_the_stack_and_503_naming_redis_without_it(
         not_ready = http.get("/readyz")
     body = assert_problem(not_ready, 503, "NOT_READY")
     assert body["checks"]["kafka"] == "ok" and "REDIS_UNREACHABLE" in body["checks"]["redis"]
+
+
+def test_readyz_keeps_one_kafka_client_across_probes(
+    api: Api, servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe every few seconds must not log in to Kafka (TLS, SASL) with a client of its
+    own each time: one is made at the first probe and kept."""
+    made: list[object] = []
+    admin = kafka_clients.admin
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(client := admin(*args, **kwargs))
+        return client
+
+    monkeypatch.setattr(kafka_clients, "admin", counted)
+    redis = RedisSettings(url=SecretStr(servers.redis_url))
+    with (
+        serving(create_app(ServeSettings(), api.kafka, redis)) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        answers = [http.get("/readyz") for _ in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5
+    assert len(made) == 1
 
 
 def test_without_tokens_the_writer_still_refuses_an_untenanted_append(api: Api) -> None:
