@@ -32,16 +32,6 @@ class RedisWritesRefusedError(SessionError):
     default_code = "REDIS_WRITES_REFUSED"
 
 
-# What to do about each state Redis refuses writes in (projectors.link.WritesRefusedError).
-_REFUSAL_FIXES = {
-    "OOM": "Redis is at its maxmemory: free memory or raise maxmemory",
-    "MISCONF": "Redis cannot save to its disk: fix its dir or disk, or its save setting",
-    "NOREPLICAS": "fewer replicas answer Redis than its min-replicas-to-write",
-    "BUSY": "a script is running in Redis: wait for it, or SCRIPT KILL it",
-    "NOPERM": "the ACL user of DSH_REDIS_URL / DSH_REDIS_USERNAME may not run the command",
-}
-
-
 def require_kafka(
     kafka: KafkaSettings, names: Sequence[str] = ("events",), timeout_s: float = 10.0
 ) -> dict[str, int]:
@@ -70,12 +60,12 @@ def translate(exc: BaseException) -> SessionError | None:
             "so that every service follows the primary"
         )
     if redis is not None and isinstance(exc, redis.exceptions.ResponseError):
-        from projectors.link import WritesRefusedError, refused
+        from projectors.link import REFUSAL_FIXES, WritesRefusedError, refused
 
         refusal = exc if isinstance(exc, WritesRefusedError) else refused(exc)
         if isinstance(refusal, WritesRefusedError):
             return RedisWritesRefusedError(
-                f"{refusal}; {_REFUSAL_FIXES.get(refusal.code, 'see the Redis log')}, then run "
+                f"{refusal}; {REFUSAL_FIXES.get(refusal.code, 'see the Redis log')}, then run "
                 "the command again"
             )
     if redis is not None and isinstance(

@@ -146,7 +146,15 @@ class WritesRefusedError(redis.ResponseError):
 
 # What Redis refuses writes with while the fault is its own and passes (or an operator fixes
 # it); READONLY (a replica) is a lost primary, read as a lost connection (:func:`_demoted`).
-_REFUSALS = frozenset({"OOM", "MISCONF", "NOREPLICAS", "BUSY", "NOPERM"})
+# Each with what an operator does about it (the CLI names it when a command is refused).
+REFUSAL_FIXES = {
+    "OOM": "Redis is at its maxmemory: free memory or raise maxmemory",
+    "MISCONF": "Redis cannot save to its disk: fix its dir or disk, or its save setting",
+    "NOREPLICAS": "fewer replicas answer Redis than its min-replicas-to-write",
+    "BUSY": "a script is running in Redis: wait for it, or SCRIPT KILL it",
+    "NOPERM": "the ACL user of DSH_REDIS_URL / DSH_REDIS_USERNAME may not run the command",
+}
+_REFUSALS = frozenset(REFUSAL_FIXES)
 # Redis before 7 reports a write refused inside a script as the script's failure, "ERR Error
 # running script (call to f_…): @user_script:1: @user_script: 1: -READONLY You can't write …"
 # (Redis 7 keeps the refusal's own code first). A script's own error that merely mentions a
