@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from deploy.local.kafka import SHORT_LIVED_JVM
+from deploy.local.processes import LISTEN_PORTS_VARIABLE, listen_port_range
 
 if TYPE_CHECKING:
     import redis
@@ -29,6 +30,22 @@ TEST_PARTITIONS = 4
 # for: short-lived JVM options start one in a third less CPU and idle it in a fifth less
 # (`python -m bench.broker_start`). Set the variable to test with the brokers' default options.
 os.environ.setdefault("DSH_LOCAL_KAFKA_JVM_OPTIONS", " ".join(SHORT_LIVED_JVM))
+
+
+def _own_listen_ports() -> None:
+    """Each xdist worker picks its servers' ports from a slice of its own: two workers
+    starting clusters at once never pick the same port in the seconds before it is bound."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or LISTEN_PORTS_VARIABLE in os.environ:
+        return
+    low, high = listen_port_range()
+    width = (high - low) // int(count)
+    first = low + int(worker.removeprefix("gw")) * width
+    os.environ[LISTEN_PORTS_VARIABLE] = f"{first}-{first + width}"
+
+
+_own_listen_ports()
 
 
 NETWORK_FAULTS = "tests/reliability/test_network_faults.py"

@@ -8,6 +8,7 @@ import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +30,15 @@ def require_free_ports(ports: dict[int, tuple[str, str]]) -> None:
 # Kafka client's, say) in the seconds before the server that was to listen on it starts.
 LISTEN_PORTS_FROM = 20000
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Processes that pick ports at once (pytest-xdist's workers) each take their own slice of the
+# range, "low-high": a port one picked, free until its server starts, is never the other's.
+LISTEN_PORTS_VARIABLE = "DSH_TEST_LISTEN_PORTS"
+# A port handed out is not handed out again by this process for this long: it stays free
+# until its server starts (a JVM's seconds), and a second caller in between (the proxies of a
+# cluster whose own ports were just picked) would get it again.
+WITHHELD_FOR_S = 600.0
+_handed_out: dict[int, float] = {}  # port → when
+_handed_out_lock = threading.Lock()
 
 
 def _listen_ports_below() -> int:
@@ -38,26 +48,75 @@ def _listen_ports_below() -> int:
         return 32768  # Linux's default
 
 
+def listen_port_range() -> tuple[int, int]:
+    """Where ``free_ports`` picks, ``low`` ≤ port < ``high``: this process's slice if
+    ``DSH_TEST_LISTEN_PORTS`` names one, else from 20000 to the ephemeral range."""
+    named = os.environ.get(LISTEN_PORTS_VARIABLE, "")
+    if named:
+        try:
+            low, high = (int(part) for part in named.split("-"))
+        except ValueError:
+            raise LocalStackError(
+                f"{LISTEN_PORTS_VARIABLE}={named!r} is not a range low-high", code="BAD_SETTING"
+            ) from None
+        if not 1024 <= low < high <= 65536:
+            raise LocalStackError(
+                f"{LISTEN_PORTS_VARIABLE}={named!r}: need 1024 <= low < high <= 65536",
+                code="BAD_SETTING",
+            )
+        return low, high
+    return LISTEN_PORTS_FROM, _listen_ports_below()
+
+
+def _withheld(now: float) -> set[int]:
+    for port, when in list(_handed_out.items()):
+        if now - when > WITHHELD_FOR_S:
+            del _handed_out[port]
+    return set(_handed_out)
+
+
 def free_ports(count: int) -> list[int]:
-    """Distinct ports that are free right now, outside the ephemeral range where it leaves
-    room (else the OS picks them)."""
-    high = _listen_ports_below()
+    """Distinct ports that are free right now and that this process has not handed out in
+    the last ten minutes, from ``listen_port_range`` where it leaves room (else the OS picks
+    them)."""
+    low, high = listen_port_range()
     sockets: list[socket.socket] = []
-    try:
-        while len(sockets) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            if high - LISTEN_PORTS_FROM < 1000:
-                sock.bind(("127.0.0.1", 0))
-                continue
-            try:
-                sock.bind(("127.0.0.1", random.randrange(LISTEN_PORTS_FROM, high)))
-            except OSError:  # taken (or one of ours): another one
-                sockets.pop().close()
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    with _handed_out_lock:
+        now = time.monotonic()
+        withheld = _withheld(now)
+        tries = 0
+        try:
+            while len(sockets) < count:
+                tries += 1
+                if tries > 100 * count + 1000:
+                    raise LocalStackError(
+                        f"no {count} free ports left in {low}-{high} ({len(withheld)} handed "
+                        f"out in the last {WITHHELD_FOR_S:.0f} s)",
+                        code="PORTS_EXHAUSTED",
+                    )
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                try:
+                    if high - low < 1000:
+                        sock.bind(("127.0.0.1", 0))
+                    else:
+                        sock.bind(("127.0.0.1", random.randrange(low, high)))
+                except OSError:  # taken (or one of ours): another one
+                    sockets.pop().close()
+                    continue
+                if sock.getsockname()[1] in withheld:
+                    sockets.pop().close()
+            ports = [s.getsockname()[1] for s in sockets]
+        finally:
+            for sock in sockets:
+                sock.close()
+        _handed_out.update(dict.fromkeys(ports, now))
+        return ports
+
+
+def _withhold(ports: range) -> None:
+    with _handed_out_lock:
+        _handed_out.update(dict.fromkeys(ports, time.monotonic()))
 
 
 def free_port_block(width: int, attempts: int = 50) -> int:
@@ -66,7 +125,11 @@ def free_port_block(width: int, attempts: int = 50) -> int:
     free neighbours, so each candidate block is checked port by port."""
     for _ in range(attempts):
         base = free_ports(1)[0]
-        if base + width <= 65536 and all(port_is_free(base + i) for i in range(width)):
+        block = range(base, base + width)
+        if base + width <= 65536 and all(
+            port not in _handed_out and port_is_free(port) for port in block[1:]
+        ):
+            _withhold(block)
             return base
     raise OSError(f"no block of {width} free ports found in {attempts} tries")
 
