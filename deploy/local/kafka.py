@@ -285,7 +285,13 @@ class KafkaCluster:
                     raise node.process().fail(f"port {node.port} did not open in time")
                 time.sleep(0.2)
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        missing = list(self.nodes)
         while True:
+            # A node can die after its port opened (another of its listeners could not bind):
+            # say so now, with its log, rather than wait out the deadline for its registration.
+            for node in self.nodes:
+                if not node.process().is_running():
+                    raise node.process().fail("exited during start-up")
             try:
                 metadata = admin.list_topics(timeout=2)
                 if len(metadata.brokers) == len(self.nodes):
@@ -293,9 +299,16 @@ class KafkaCluster:
             except Exception as exc:  # KafkaException while the controller elects itself
                 last = exc
             else:
+                missing = [n for n in self.nodes if n.node_id not in metadata.brokers]
                 last = LocalStackError(f"{len(metadata.brokers)} of {len(self.nodes)} brokers up")
             if time.monotonic() > deadline:
-                raise LocalStackError(f"Kafka did not become ready in time: {last}", code="TIMEOUT")
+                logs = "".join(
+                    f"\n--- last lines of {n.process().log_file} ---\n{n.process().log_tail()}"
+                    for n in missing
+                )
+                raise LocalStackError(
+                    f"Kafka did not become ready in time: {last}{logs}", code="TIMEOUT"
+                )
             time.sleep(0.3)
         self._warm_coordinators(deadline)
 
