@@ -4,10 +4,12 @@ acted on or Redis is asked."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Request, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from serve.auth import Principal
@@ -22,6 +24,29 @@ _bearer = HTTPBearer(auto_error=False, description="a token of DSH_SERVE_TOKENS 
 def clients(request: Request) -> Clients:
     found: Clients = request.app.state.clients
     return found
+
+
+def _principal(request: Request, found: Clients) -> Principal:
+    """The caller: as :class:`CallerFirst` found it, else from the request's
+    ``Authorization`` header (401)."""
+    known: Principal | None = getattr(request.state, "principal", None)
+    return known or found.auth.principal(request.headers.get("authorization"))
+
+
+class CallerFirst(APIRoute):
+    """A route that knows its caller (401) before it reads its body. FastAPI reads and parses
+    a route's JSON body before it runs the route's dependencies: an unknown caller would have
+    up to ``DSH_SERVE_MAX_BODY_BYTES`` parsed, or be told that its JSON is malformed."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def caller_first(request: Request) -> Response:
+            authorization = request.headers.get("authorization")
+            request.state.principal = clients(request).auth.principal(authorization)
+            return await handler(request)
+
+        return caller_first
 
 
 @dataclass(frozen=True)
@@ -39,7 +64,7 @@ async def session_access(
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Access:
     found = clients(request)
-    principal = found.auth.principal(request.headers.get("authorization"))
+    principal = _principal(request, found)
     check_session_id(session_id, found.settings.max_session_id_length)
     principal.check(session_id)
     return Access(session_id, principal, found)
@@ -59,7 +84,7 @@ async def caller(
 ) -> Caller:
     """A route over many sessions: who calls (401); it shows only the caller's tenant's."""
     found = clients(request)
-    return Caller(found.auth.principal(request.headers.get("authorization")), found)
+    return Caller(_principal(request, found), found)
 
 
 CallerAccess = Annotated[Caller, Depends(caller)]

@@ -15,12 +15,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
-from serve.access import SessionAccess
+from serve.access import CallerFirst, SessionAccess
 from serve.limits import check_request_id
 from serve.models import AppendRequest, AppendResponse, EventDraft, Problem
 from serve.problems import Problem as ProblemError
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=CallerFirst)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "content": {"application/problem+json": {}}}

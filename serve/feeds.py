@@ -148,10 +148,15 @@ class Feeds:
         other sessions."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + END_WAIT_S
+        with self.lock:
+            feed = self.open.get(session_id)
+        if feed is None:
+            return
+        # The feed leaves ``open`` just before its thread returns: wait for the thread to return,
+        # not for the feed to leave ``open``.
         while loop.time() < deadline:
             with self.lock:
-                feed = self.open.get(session_id)
-                if feed is None or feed.subscribers or not feed.thread.is_alive():
+                if feed.subscribers or not feed.thread.is_alive():
                     return
             await asyncio.sleep(0.05)
 

@@ -59,18 +59,28 @@ STATUS_BY_CLASS: tuple[tuple[type[SessionError], int], ...] = (
     (TopicError, 503),
 )
 # Redis out of reach for a while, whatever the way: no connection or no answer, a cluster
-# failing over (CLUSTERDOWN, MASTERDOWN, TRYAGAIN) or with a slot no node serves, no node of
-# it answering (not a RedisError), a primary demoted to a replica (READONLY). A client retries
-# after Retry-After, as for a refused connection; any other Redis error is a bug (500).
+# failing over (CLUSTERDOWN, MASTERDOWN, TRYAGAIN) or with a slot no node serves, a primary
+# demoted to a replica (READONLY). A client retries after Retry-After, as for a refused
+# connection; any other Redis error is a bug (500).
 REDIS_OUT_OF_REACH: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
     redis.exceptions.ReadOnlyError,
-    redis.exceptions.RedisClusterUnreachableError,
     redis.exceptions.SlotNotCoveredError,
 )
+
+
+def cluster_unreachable(exc: BaseException) -> bool:
+    """No node of a Redis Cluster answered: a ``RedisClusterException`` (not a RedisError)
+    raised from the connection error, which redis-py 8.2 names ``RedisClusterUnreachableError``
+    and earlier versions do not. The cause, not the class, so any supported redis-py will do."""
+    return isinstance(exc, redis.exceptions.RedisClusterException) and isinstance(
+        exc.__cause__, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
+    )
+
+
 TITLES = {
     400: "Bad request",
     401: "Unauthorized",
@@ -205,6 +215,11 @@ def install(app: FastAPI, retry_after_s: int) -> None:
         detail = f"Redis did not answer ({type(exc).__name__}): the read models are out of reach"
         return response(503, "REDIS_UNREACHABLE", detail, request, retry_after(retry_after_s))
 
+    async def cluster_error(request: Request, exc: Exception) -> JSONResponse:
+        if cluster_unreachable(exc):
+            return await redis_down(request, exc)
+        raise exc  # a bug (a command across slots, …): 500, and the service logs it
+
     async def internal(request: Request, exc: Exception) -> JSONResponse:
         # Starlette logs the traceback after this answers; the caller learns only that.
         return response(500, "INTERNAL", "an unexpected error: the service's log has it", request)
@@ -213,6 +228,7 @@ def install(app: FastAPI, retry_after_s: int) -> None:
     app.add_exception_handler(SessionError, session_error)
     for redis_error in REDIS_OUT_OF_REACH:
         app.add_exception_handler(redis_error, redis_down)
+    app.add_exception_handler(redis.exceptions.RedisClusterException, cluster_error)
     app.add_exception_handler(Problem, problem)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -48,7 +48,8 @@ class ServeSettings(StrictSettings):
     """How long an append waits for the writer's reply before `503 APPEND_TIMEOUT` (retry with
     the same `Idempotency-Key`: the outcome is then the original one)."""
     retry_after_s: Annotated[int, Field(ge=1)] = 1
-    """`Retry-After` of a 503 (writer unavailable, append timeout, projection behind)."""
+    """`Retry-After` of every 503: writer unavailable, append timeout, projection behind, session
+    rebuilding, Kafka or Redis out of reach, too many streams."""
     max_streams: Annotated[int, Field(ge=1)] = 100
     """Most transcript streams open at once (`503 TOO_MANY_STREAMS` beyond). The streams of one
     session share one follow of it (a thread and a Redis connection while it waits)."""

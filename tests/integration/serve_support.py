@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 from pydantic import SecretStr
@@ -25,6 +26,7 @@ from tests.conftest import TEST_PARTITIONS, Servers
 from tests.docs_blocks import ROOT
 from tests.integration.projector_support import projectors_running
 from tests.integration.writer_support import running_writer, writer_settings
+from tests.support.processes import CliProcess
 from tests.support.topics import fresh_topics
 from tests.support.waiting import wait_for
 
@@ -106,4 +108,22 @@ def children(pid: int) -> list[int]:
             continue
         if parent == pid and b"spawn_main" in command:
             found.append(int(stat.parent.name))
+    return found
+
+
+def wait_until_serving(serve: CliProcess, base: str, workers: int) -> list[int]:
+    """Waits until ``dsh serve`` (``serve``, at ``base``) runs its ``workers`` worker processes
+    (1: uvicorn serves in its own) and is ready; returns the workers' pids."""
+    found: list[int] = []
+
+    def ready() -> bool:
+        found[:] = children(serve.pid)
+        if workers > 1 and len(found) < workers:
+            return False
+        try:
+            return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(ready, 60, f"dsh serve with {workers} worker(s), ready", explain=serve.log)
     return found

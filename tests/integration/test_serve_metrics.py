@@ -17,7 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from deploy.local.processes import free_ports
 from servicekit.settings import KafkaSettings
 from tests.conftest import Servers
-from tests.integration.serve_support import KEY_SPEC, PREFIXES, TOKENS, children, serving_stack
+from tests.integration.serve_support import (
+    KEY_SPEC,
+    PREFIXES,
+    TOKENS,
+    children,
+    serving_stack,
+    wait_until_serving,
+)
 from tests.support.builders import user
 from tests.support.processes import CliProcess, service_env
 from tests.support.waiting import wait_for
@@ -80,16 +87,7 @@ def test_dsh_serve_counts_every_workers_requests_on_its_metrics_port(
     auth = {"Authorization": f"Bearer {TOKENS['acme']}"}
     session = f"acme-{uuid.uuid4().hex[:10]}"
     try:
-
-        def ready() -> bool:
-            if workers > 1 and len(children(serve.pid)) < workers:
-                return False
-            try:
-                return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(ready, 60, "dsh serve, ready", explain=serve.log)
+        wait_until_serving(serve, base, workers)
         # Each request on a connection of its own, so the kernel may hand it to any worker.
         for n in range(APPENDS):
             event = {"type": "user/message", "data": user(f"u{n}", "hi"), "surfaceOp": "append"}

@@ -49,6 +49,13 @@ class _FailingViews:
         raise self.error
 
 
+def _raised_from(error: Exception, cause: Exception) -> Exception:
+    """``error`` as ``raise error from cause`` leaves it: how redis-py reports a Redis Cluster
+    none of whose nodes answers (``RedisClusterUnreachableError`` from 8.2 on)."""
+    error.__cause__ = cause
+    return error
+
+
 @pytest.mark.parametrize(
     "error",
     [
@@ -58,7 +65,10 @@ class _FailingViews:
         redis_errors.MasterDownError("MASTERDOWN Link with MASTER is down"),
         redis_errors.TryAgainError("TRYAGAIN"),
         redis_errors.ReadOnlyError("READONLY You can't write against a read only replica"),
-        redis_errors.RedisClusterUnreachableError("no node of the cluster answered"),
+        _raised_from(
+            redis_errors.RedisClusterException("Redis Cluster cannot be connected"),
+            redis_errors.ConnectionError("refused"),
+        ),
         redis_errors.SlotNotCoveredError("slot 3 is not covered"),
     ],
     ids=lambda e: type(e).__name__,
@@ -77,6 +87,18 @@ def test_redis_out_of_reach_in_any_way_is_503_with_retry_after(
     body = assert_problem(response, 503, "REDIS_UNREACHABLE")
     assert type(error).__name__ in body["detail"]
     assert response.headers["retry-after"] == "1"
+
+
+def test_a_redis_cluster_error_that_is_not_an_outage_is_a_500(client: TestClient) -> None:
+    """A command across slots is a bug of ours, not Redis away: no retrying it helps."""
+    clients: Any = client.app.state.clients  # type: ignore[attr-defined]
+    error = redis_errors.RedisClusterException("keys in request don't hash to the same slot")
+    views, clients.views = clients.views, _FailingViews(error)
+    try:
+        response = client.get("/v1/sessions/s-1/surface")
+    finally:
+        clients.views = views
+    assert_problem(response, 500, "INTERNAL")
 
 
 @pytest.mark.parametrize(
