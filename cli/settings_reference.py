@@ -21,6 +21,7 @@ from pydantic.fields import FieldInfo
 
 from deploy.local.settings import REPO_ROOT, LocalStackSettings
 from producers.writer.settings import WriterSettings
+from projectors.export.budget import ExportSettings
 from projectors.settings import ProjectorSettings
 from serve.settings import ServeSettings
 from servicekit.health import ServiceSettings
@@ -37,6 +38,7 @@ SETTINGS_CLASSES: tuple[type[StrictSettings], ...] = (
     LogSettings,
     ServiceSettings,
     CodecSettings,
+    ExportSettings,
     LocalStackSettings,
 )
 REGENERATE = "python -m cli settings > docs/settings.md"

@@ -110,8 +110,11 @@ class DeadLetters:
             self.pending = 0
 
     def close(self) -> None:
-        """Deliver what is pending, then end the producer's threads (if one was made)."""
-        self.flush()
-        if self._producer is not None:
-            self._producer.close()
-            self._producer = None
+        """Deliver what is pending, then end the producer's threads (if one was made), also
+        when the delivery fails: the error goes on, not a producer retrying in the background."""
+        try:
+            self.flush()
+        finally:
+            if self._producer is not None:
+                self._producer.close()
+                self._producer = None

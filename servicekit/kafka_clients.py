@@ -9,15 +9,17 @@ member of a consumer group, an assign-only reader, an admin client.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from servicekit.kafka_errors import FailFast
 from servicekit.partition_reader import refresh_metadata
 from servicekit.partitioning import PRODUCER_PARTITIONER
-from servicekit.settings import KafkaSettings
+from servicekit.settings import ConfigError, KafkaSettings
 
 # How long a tailing consumer's fetch may wait at the broker for records. Records (and, for
 # read_committed, the markers that make them visible) complete a waiting fetch at once, so a
@@ -31,10 +33,50 @@ TAIL_FETCH_WAIT = {"fetch.wait.max.ms": 500}
 MAX_RECORD_BYTES = 990_000
 
 
+# librdkafka's properties that come from our settings (``KafkaSettings.client_config``: a
+# field's name with dots), by the variable a person sets.
+_VARIABLES = {
+    name.replace("_", "."): f"{KafkaSettings.model_config.get('env_prefix', '')}{name.upper()}"
+    for name in KafkaSettings.model_fields
+}
+
+
+C = TypeVar("C")
+
+
+def _made(kind: Callable[[dict[str, Any]], C], config: dict[str, Any]) -> C:
+    """``kind(config)``, or, when librdkafka refuses the settings (a SASL login without its
+    password, a CA file it cannot load), the typed error naming our variables: it checks them
+    only here, before any broker is asked, and its KafkaException reached the user as a
+    traceback naming its own property names."""
+    try:
+        return kind(config)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not isinstance(err, KafkaError) or err.code() != KafkaError._INVALID_ARG:
+            raise
+        reason = err.str()
+    named = [(prop, v) for prop, v in _VARIABLES.items() if prop in reason]
+    missing = [
+        f"{v}={config[prop]}: no such file"
+        for prop, v in named
+        if prop in config and prop.endswith(".location") and not os.path.exists(config[prop])
+    ]
+    detail = "; ".join(missing)
+    if named and not detail:
+        detail = f"check {', '.join(v for _, v in named)}"
+    fail_fast = config.get("error_cb")
+    message = f"the Kafka settings were refused ({reason}){'; ' + detail if detail else ''}"
+    raise ConfigError(
+        fail_fast.scrub(message) if isinstance(fail_fast, FailFast) else message,
+        code="KAFKA_CLIENT_CONFIG",
+    ) from None
+
+
 def producer(kafka: KafkaSettings, **config: Any) -> Producer:
     """A producer that places keyed records as Java clients do; ``config`` adds librdkafka
     settings (``transactional.id``, ``enable.idempotence``, ``linger.ms``, …)."""
-    return Producer({**kafka.client_config(), **PRODUCER_PARTITIONER, **config})
+    return _made(Producer, {**kafka.client_config(), **PRODUCER_PARTITIONER, **config})
 
 
 def admin(kafka: KafkaSettings, *, quiet: bool = False) -> AdminClient:
@@ -43,18 +85,23 @@ def admin(kafka: KafkaSettings, *, quiet: bool = False) -> AdminClient:
     config: dict[str, Any] = kafka.client_config()
     if quiet:
         config |= {"socket.connection.setup.timeout.ms": 10_000, "log_level": 0}
-    return AdminClient(config)
+    return _made(AdminClient, config)
 
 
 def reader(
-    kafka: KafkaSettings, isolation: str = "read_committed", topics: Sequence[str] = ()
+    kafka: KafkaSettings,
+    isolation: str = "read_committed",
+    topics: Sequence[str] = (),
+    **config: Any,
 ) -> Consumer:
     """A consumer for explicit assignments only (it never joins its group, never commits) that
     reports the end of each partition, with the metadata of ``topics`` fetched up front:
     librdkafka asks for an assigned topic it does not know only at its next periodic scan,
     then retries the start offset on a 500 ms timer, so the first read of each topic took
-    0.5-1.5 s instead of milliseconds."""
-    consumer = Consumer(
+    0.5-1.5 s instead of milliseconds. ``config`` adds librdkafka settings (the export sizes
+    its prefetch with them)."""
+    consumer = _made(
+        Consumer,
         {
             **kafka.client_config(),
             "group.id": "dsh-reader-unused",
@@ -65,7 +112,8 @@ def reader(
             "fetch.wait.max.ms": 10,
             # A start offset deleted by retention meanwhile: the earliest left, not the end.
             "auto.offset.reset": "earliest",
-        }
+            **config,
+        },
     )
     for topic in topics:
         refresh_metadata(consumer, topic)
@@ -75,7 +123,8 @@ def reader(
 def tail_reader(kafka: KafkaSettings) -> Consumer:
     """An assign-only read_committed consumer that follows a partition as it grows (a client's
     replies): it waits at the broker for records instead of reporting ends."""
-    return Consumer(
+    return _made(
+        Consumer,
         {
             **kafka.client_config(),
             "group.id": "dsh-client-unused",
@@ -83,21 +132,22 @@ def tail_reader(kafka: KafkaSettings) -> Consumer:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             **TAIL_FETCH_WAIT,
-        }
+        },
     )
 
 
 def offsets_peek(kafka: KafkaSettings, group_id: str) -> Consumer:
     """A client of ``group_id`` that never joins it, to read its committed offsets (and their
     metadata) without waiting for the transactions that hold them (read_uncommitted)."""
-    return Consumer(
+    return _made(
+        Consumer,
         {
             **kafka.client_config(),
             "group.id": group_id,
             "isolation.level": "read_uncommitted",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-        }
+        },
     )
 
 
@@ -139,7 +189,7 @@ def group_consumer(
         config["max.poll.interval.ms"] = max_poll_interval_ms
     if on_commit is not None:
         config["on_commit"] = on_commit
-    return Consumer(config)
+    return _made(Consumer, config)
 
 
 def partition_ids(partitions: Iterable[TopicPartition]) -> list[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import redis
 
@@ -47,27 +46,26 @@ def sentinel_primary(settings: RedisSettings, *, max_connections: int | None = N
     again on a connection error, so after a failover its next command reaches the promoted
     replica, and a demoted primary's READONLY reply counts as such an error.
 
-    ``url`` gives what it would give one server: the database, the user and password (unless
-    set on their own), and TLS (``rediss://``, verified with ``ssl_ca_certs``), which the
-    Sentinels are then reached over too; ``sentinel_password`` is theirs."""
+    ``url`` gives the primary what it gives one server, read by redis-py's own parser and
+    taking precedence the same way: the database, user and password, its parameters
+    (``?ssl_cert_reqs=…``, ``?socket_timeout=…``, …) and TLS (``rediss://``, verified with
+    ``ssl_ca_certs``), which the Sentinels are then reached over too; ``sentinel_password`` is
+    theirs. Only its host and port are the Sentinels' to say."""
+    from redis.connection import SSLConnection, parse_url
     from redis.sentinel import Sentinel
 
-    url = urlsplit(settings.url.get_secret_value())
-    database = int(url.path.strip("/") or 0)
-    primary_kwargs = _pool_kwargs(settings, max_connections)
-    if url.username and "username" not in primary_kwargs:
-        primary_kwargs["username"] = unquote(url.username)
-    if url.password and "password" not in primary_kwargs:
-        primary_kwargs["password"] = unquote(url.password)
+    options: dict[str, Any] = parse_url(settings.url.get_secret_value())  # type: ignore[no-untyped-call]
+    for address in ("host", "port"):
+        options.pop(address, None)
+    tls = issubclass(options.pop("connection_class", redis.Connection), SSLConnection)
+    primary_kwargs = {**_pool_kwargs(settings, max_connections), **options}
     sentinel_kwargs: dict[str, Any] = {"socket_timeout": 2.0}
-    if url.scheme == "rediss":
+    if tls:
         primary_kwargs["ssl"] = sentinel_kwargs["ssl"] = True
         if settings.ssl_ca_certs is not None:
             sentinel_kwargs["ssl_ca_certs"] = settings.ssl_ca_certs
     if settings.sentinel_password is not None:
         sentinel_kwargs["password"] = settings.sentinel_password.get_secret_value()
     sentinel = Sentinel(settings.sentinel_addresses(), sentinel_kwargs=sentinel_kwargs)
-    primary: redis.Redis = sentinel.master_for(
-        settings.sentinel_master, db=database, **primary_kwargs
-    )
+    primary: redis.Redis = sentinel.master_for(settings.sentinel_master, **primary_kwargs)
     return primary

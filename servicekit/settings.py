@@ -57,6 +57,17 @@ class StrictSettings(BaseSettings):
         return values
 
 
+def check_poll_interval(prefix: str, poll_interval_ms: int, session_timeout_ms: int) -> None:
+    """A consumer's max.poll.interval.ms must cover its session.timeout.ms: librdkafka refuses
+    the consumer otherwise, as the service starts, naming neither setting."""
+    if poll_interval_ms < session_timeout_ms:
+        raise ConfigError(
+            f"{prefix}MAX_POLL_INTERVAL_MS ({poll_interval_ms}) must be at least "
+            f"{prefix}SESSION_TIMEOUT_MS ({session_timeout_ms})",
+            code="BAD_POLL_INTERVAL",
+        )
+
+
 class KafkaSettings(StrictSettings):
     """How services reach Kafka (``DSH_KAFKA_*``). Secrets never appear in ``repr`` or logs."""
 
@@ -227,6 +238,30 @@ class RedisSettings(StrictSettings):
         return url
 
     @model_validator(mode="after")
+    def _sentinels_watch_one_primary(self) -> RedisSettings:
+        # The client follows the Sentinels' primary and would drop `cluster` without a word.
+        if self.cluster and self.sentinels:
+            raise ConfigError(
+                "DSH_REDIS_CLUSTER and DSH_REDIS_SENTINELS exclude each other: Sentinels watch "
+                "one primary, a Redis Cluster fails over by itself; set one of them",
+                code="REDIS_SENTINELS_CLUSTER",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _a_cluster_has_database_zero(self) -> RedisSettings:
+        # redis-py refuses it when the client is made, as a RedisClusterException that the
+        # commands cannot tell from a cluster that does not answer.
+        if self.cluster and _redis_url_database(self.url.get_secret_value()) != 0:
+            raise ConfigError(
+                "DSH_REDIS_URL names a database other than 0, and a Redis Cluster (DSH_REDIS_"
+                "CLUSTER) has only database 0: drop the database from the URL, or use key "
+                "prefixes (DSH_PROJECTOR_KEY_PREFIX) to share the cluster",
+                code="REDIS_CLUSTER_DATABASE",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tls_needs_rediss(self) -> RedisSettings:
         # A CA with a redis:// URL would be a plain connection that fails at its first use
         # with a TypeError, or, worse, a deployment that believes it has TLS.
@@ -322,6 +357,13 @@ def configure_codec() -> CodecSettings:
         raise ConfigError(f"codec settings: {exc}", code="BAD_CODEC_SETTING") from None
     native.configure(settings.native == "auto")
     return settings
+
+
+def _redis_url_database(url: str) -> int:
+    """The database a Redis URL names, as redis-py reads it (``?db=`` before the path)."""
+    from redis.connection import parse_url
+
+    return int(parse_url(url).get("db", 0))  # type: ignore[no-untyped-call]
 
 
 def _redis_url_problem(url: str) -> str | None:

@@ -83,8 +83,10 @@ def ensure_topics(
 
     if partitions < 1:
         raise ConfigError(f"partitions must be at least 1, got {partitions}")
+    # Typed: a refused login or certificate at once, no broker KAFKA_UNREACHABLE. Its own
+    # client, so that an error raised holds none (see cluster_topics).
+    existing = cluster_topics(kafka, timeout_s)
     admin = kafka_clients.admin(kafka)
-    existing = admin.list_topics(timeout=timeout_s).topics
     missing = []
     for spec in TOPICS:
         name = kafka.topic(spec.name)
@@ -164,9 +166,24 @@ def partition_counts(
     admin: AdminClient | None = None,
 ) -> dict[str, int]:
     """The partition count of each of ``topics`` (full names): the start-up check of every
-    service and command. A refused login or certificate fails at once (typed, see
-    :func:`cluster_topics`), no broker in ``timeout_s`` is ``KAFKA_UNREACHABLE`` and a topic
-    that is not there ``TOPIC_MISSING``, both naming the fix.
+    service and command (:func:`topic_metadata`)."""
+    found = topic_metadata(kafka, topics, timeout_s, appear_s=appear_s, quiet=quiet, admin=admin)
+    return {t: len(m.partitions) for t, m in found.items()}
+
+
+def topic_metadata(
+    kafka: KafkaSettings,
+    topics: Sequence[str],
+    timeout_s: float = 30.0,
+    *,
+    appear_s: float = 0.0,
+    quiet: bool = False,
+    admin: AdminClient | None = None,
+) -> dict[str, Any]:
+    """The metadata of each of ``topics`` (full names; name -> TopicMetadata), the start-up
+    check. A refused login or certificate fails at once (typed, see :func:`cluster_topics`), no
+    broker in ``timeout_s`` is ``KAFKA_UNREACHABLE`` and a topic that is not there
+    ``TOPIC_MISSING``, both naming the fix.
 
     ``appear_s``: topics created a moment ago may not be in every broker's metadata yet (the
     controller answers CreateTopics before the brokers have applied it), so missing ones are
@@ -179,7 +196,7 @@ def partition_counts(
         found = cluster_topics(kafka, timeout_s, quiet=quiet, admin=admin)
         missing = [t for t in topics if t not in found]
         if not missing:
-            return {t: len(found[t].partitions) for t in topics}
+            return {t: found[t] for t in topics}
         if time.monotonic() >= deadline:
             raise TopicError(
                 f"topic(s) {', '.join(missing)} missing on {kafka.bootstrap_servers}; `dsh up` "
@@ -187,6 +204,13 @@ def partition_counts(
                 code="TOPIC_MISSING",
             )
         time.sleep(0.2)
+
+
+def leading_brokers(topic: Any) -> int:
+    """How many brokers lead partitions of ``topic`` (its TopicMetadata): a consumer of all
+    its partitions has a fetch in flight to each. A partition without a leader at the moment
+    (its broker restarting) counts for none."""
+    return len({p.leader for p in topic.partitions.values() if p.leader >= 0})
 
 
 def cluster_topics(

@@ -14,6 +14,8 @@ from pydantic import SecretStr
 from cli import main
 from deploy.local.settings import LocalStackSettings
 from producers import SessionClient
+from producers.writer.settings import WriterSettings
+from projectors.settings import ProjectorSettings
 from servicekit.kafka_errors import FailFast, KafkaAuthenticationError
 from servicekit.redis_clients import redis_client
 from servicekit.settings import ConfigError, KafkaSettings, RedisSettings
@@ -171,6 +173,14 @@ def test_a_redis_ca_without_a_tls_url_is_refused() -> None:
     assert refused.value.code == "REDIS_TLS_URL"
 
 
+@pytest.mark.parametrize("settings", [ProjectorSettings, WriterSettings])
+def test_a_poll_interval_shorter_than_its_session_is_refused(settings: Any) -> None:
+    # librdkafka would refuse the consumer only when the service starts, naming neither.
+    with pytest.raises(ConfigError) as refused:
+        settings(max_poll_interval_ms=6_000, session_timeout_ms=10_000)
+    assert refused.value.code == "BAD_POLL_INTERVAL"
+
+
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
@@ -313,6 +323,16 @@ def test_a_failed_start_up_check_leaves_no_client_behind(
     assert failure.value is not None and made and made[0]() is None
 
 
+def test_creating_topics_on_no_cluster_is_kafka_unreachable() -> None:
+    """`dsh up` and the topics Job create the topics: with no broker there, a typed error
+    naming the servers, not a KafkaException traceback."""
+    from servicekit.kafka_errors import KafkaUnreachableError
+    from servicekit.topics import ensure_topics
+
+    with pytest.raises(KafkaUnreachableError, match=r"127\.0\.0\.1:1"):
+        ensure_topics(KafkaSettings(bootstrap_servers="127.0.0.1:1"), 4, timeout_s=1)
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -337,3 +357,78 @@ def test_a_projector_setting_out_of_its_range_is_refused_at_start(
     error = settings_error(refused.value)
     assert error is not None
     assert error.code == "BAD_SETTING" and error.message.startswith(f"{name}: ")
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        (  # PLAIN and SCRAM log in with a user and a password: librdkafka refuses either alone
+            {"DSH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "DSH_KAFKA_SASL_MECHANISM": "PLAIN"},
+            ["DSH_KAFKA_SASL_USERNAME", "DSH_KAFKA_SASL_PASSWORD"],
+        ),
+        (
+            {"DSH_KAFKA_SECURITY_PROTOCOL": "SSL", "DSH_KAFKA_SSL_CA_LOCATION": "/nonexistent/ca"},
+            ["DSH_KAFKA_SSL_CA_LOCATION", "/nonexistent/ca"],
+        ),
+    ],
+)
+def test_settings_librdkafka_refuses_when_making_a_client_are_a_one_line_typed_error(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    env: dict[str, str],
+    names: list[str],
+) -> None:
+    """Every command makes its first Kafka client before it reaches a broker: a setting that
+    client refuses was a KafkaException traceback, naming librdkafka's property at best."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["export", str(tmp_path / "out"), "--timeout", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("dsh: error [KAFKA_CLIENT_CONFIG]: "), err
+    assert all(name in err for name in names), err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1?db=3",
+        "redis://127.0.0.1:1/2?db=3",
+        "redis://127.0.0.1:1/2",
+        "redis://u:p%2Fw@127.0.0.1:1/0?socket_timeout=3",
+        "rediss://127.0.0.1:1/1?ssl_cert_reqs=none&ssl_check_hostname=false",
+    ],
+)
+def test_behind_sentinels_the_primary_gets_what_the_url_gives_one_server(url: str) -> None:
+    """``?db=3`` chose database 3 of one server, and database 0 behind Sentinels: a projector
+    moved behind Sentinels wrote its read models into another database; other parameters of
+    the URL were dropped. No connection is made here."""
+    alone = redis_client(RedisSettings(url=SecretStr(url)))
+    behind = redis_client(RedisSettings(url=SecretStr(url), sentinels="127.0.0.1:26379"))
+    assert isinstance(alone, redis.Redis) and isinstance(behind, redis.Redis)
+    given = alone.connection_pool.connection_kwargs
+    got = behind.connection_pool.connection_kwargs
+    for name in ("db", "username", "password", "socket_timeout", "ssl_cert_reqs"):
+        assert got.get(name) == given.get(name), name
+    tls = url.startswith("rediss:")
+    assert issubclass(behind.connection_pool.connection_class, redis.SSLConnection) == tls
+
+
+def test_a_redis_cluster_behind_sentinels_is_refused_not_ignored() -> None:
+    """Sentinels watch one primary; DSH_REDIS_CLUSTER was silently dropped beside them."""
+    with pytest.raises(ConfigError) as refused:
+        RedisSettings(cluster=True, sentinels="127.0.0.1:26379")
+    assert refused.value.code == "REDIS_SENTINELS_CLUSTER"
+    assert "DSH_REDIS_CLUSTER" in refused.value.message
+    assert "DSH_REDIS_SENTINELS" in refused.value.message
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/2", "redis://127.0.0.1:1?db=1"])
+def test_a_redis_cluster_url_naming_another_database_is_refused(url: str) -> None:
+    """redis-py refused it when the client was made, and `dsh` reported it as a Redis that
+    did not answer."""
+    with pytest.raises(ConfigError) as refused:
+        RedisSettings(url=SecretStr(url), cluster=True)
+    assert refused.value.code == "REDIS_CLUSTER_DATABASE"
+    RedisSettings(url=SecretStr("redis://127.0.0.1:1/0"), cluster=True)
+    RedisSettings(url=SecretStr(url))  # one server has databases
