@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -57,6 +58,11 @@ class ReadPart(NamedTuple):
 # (session id, request id): what the writer answers a request under.
 RequestKey = tuple[str, str]
 
+# Sessions whose last committed seq a client remembers (the most recently committed to):
+# a long-lived client appending to millions of sessions would otherwise keep an entry for
+# each for ever. About 150 bytes an entry, 15 MB at most.
+COMMITTED_SESSIONS = 100_000
+
 
 def _resolve(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
     """Answer ``future`` unless its waiter cancelled it (an async caller that went away, e.g.
@@ -87,15 +93,19 @@ class InFlight:
     _replies: Consumer
     _thread: threading.Thread
 
-    def __init__(self, client_id: str, closed: threading.Event) -> None:
+    def __init__(
+        self, client_id: str, closed: threading.Event, committed_sessions: int = COMMITTED_SESSIONS
+    ) -> None:
         self._client_id = client_id
         self._key = client_id.encode()
         self._closed = closed
         self._pending: dict[RequestKey, _Pending] = {}
         self._lock = threading.Lock()
         # The last seq committed to each session by this client (set by the serving thread
-        # before the append's future resolves): what a read-your-writes read waits for.
-        self.committed: dict[str, int] = {}
+        # before the append's future resolves): what a read-your-writes read waits for. Only
+        # the ``committed_sessions`` most recently committed to, oldest first.
+        self._committed: OrderedDict[str, int] = OrderedDict()
+        self._committed_sessions = committed_sessions
         # Set by the serving thread: every append from then on fails with it.
         self.refused: KafkaAuthenticationError | KafkaTlsError | None = None
 
@@ -148,6 +158,21 @@ class InFlight:
                 return pending.future
             self._pending[key] = _Pending(future, session_id, now, now + timeout, shape)
         return None
+
+    def committed_seq(self, session_id: str) -> int | None:
+        """The last seq this client had committed to the session; None if none, or if
+        :data:`COMMITTED_SESSIONS` other sessions were committed to since."""
+        with self._lock:
+            return self._committed.get(session_id)
+
+    def _note_committed(self, session_id: str, seq: int) -> None:
+        committed = self._committed
+        with self._lock:
+            # A reply to a retried request may name an earlier seq than one answered since.
+            committed[session_id] = max(seq, committed.get(session_id, -1))
+            committed.move_to_end(session_id)
+            while len(committed) > self._committed_sessions:
+                committed.popitem(last=False)
 
     def discard(self, session_id: str, rid: str) -> None:
         """``rid`` was not sent: its caller resolves it."""
@@ -246,8 +271,8 @@ class InFlight:
         if pending.shape == "records":
             records = reply.events or ()
             metrics.round_trip("committed").observe(elapsed)
-            if records and records[-1].event["seq"] > self.committed.get(pending.session_id, -1):
-                self.committed[pending.session_id] = records[-1].event["seq"]
+            if records:
+                self._note_committed(pending.session_id, records[-1].event["seq"])
             _resolve(pending.future, list(records))
             return
         events = [r.to_event() for r in reply.events or ()]
@@ -264,8 +289,8 @@ class InFlight:
             )
             return
         metrics.round_trip("committed").observe(elapsed)
-        if events and events[-1].seq > self.committed.get(pending.session_id, -1):
-            self.committed[pending.session_id] = events[-1].seq
+        if events:
+            self._note_committed(pending.session_id, events[-1].seq)
         _resolve(pending.future, events[0] if pending.shape == "one" else events)
 
     def _take_all(self) -> list[tuple[RequestKey, _Pending]]:

@@ -133,9 +133,14 @@ EVICTIONS = Counter(
 )
 RELOADS = Counter(
     "dsh_writer_sessions_reloaded_total",
-    "Evicted sessions restored for a command or a read, by what was read: its snapshot alone, "
-    "or events too.",
+    "Evicted sessions restored for a command, a read or a checkpoint's snapshot, by what was "
+    "read: its snapshot alone, or events too.",
     ["source"],
+)
+EVICTED_SNAPSHOTTED = Counter(
+    "dsh_writer_evicted_sessions_snapshotted_total",
+    "Sessions a restore evicted with events no snapshot covered, snapshotted by a checkpoint "
+    "without being made resident, so later checkpoints no longer name them.",
 )
 RELOAD_SECONDS = Histogram(
     "dsh_writer_session_reload_seconds",

@@ -185,6 +185,7 @@ class Ownership:
                 budget=share,
             )
             state.residency.reload = functools.partial(self._reload, tp.partition)
+            state.commands_next = tp.offset if tp.offset >= 0 else None
             self.partitions[tp.partition] = state
             restored.add(tp.partition)
             elapsed = time.monotonic() - started
@@ -281,9 +282,11 @@ class Ownership:
 
 def evict_restored(state: PartitionState) -> None:
     """Evict a restored partition's sessions past its budget: all they hold is committed, so
-    their stubs point at it at once. Not the sessions with events after their snapshot: the
-    next checkpoint must snapshot them, and only a resident session can be snapshotted; the
-    batch that evicts them snapshots them first (:mod:`.snapshots`)."""
+    their stubs point at it at once. Not the sessions with events after their snapshot: kept
+    resident, the batch that evicts them later snapshots them first (:mod:`.snapshots`). Those
+    past the budget anyway are evicted by :func:`.restore.restore_partition` itself, and
+    snapshotted by an idle transaction's checkpoint, which takes them out of the topics
+    without making them resident (:meth:`.Snapshots.take_out_owed`)."""
     residency = state.residency
     for session_id, size in residency.victims(keep=state.dirty):
         held = state.sessions.pop(session_id)

@@ -107,6 +107,7 @@ def reload_session(
         snapshot_from=stub.snapshot_from,
         snapshot_last=stub.snapshot_last,
         events_from=stub.events_from,
+        oversized=stub.oversized,
     )
     metrics.RELOADS.labels("snapshot" if not tail else "events").inc()
     metrics.RELOAD_SECONDS.observe(time.monotonic() - started)

@@ -35,6 +35,8 @@ class Evicted:
     snapshot_last: int
     events_from: int
     size: int  # logged bytes, counted against the budget once it is back
+    # Its snapshot was found too large (SessionState.oversized): not reloaded to try again.
+    oversized: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ class Budget:
     @property
     def bounded(self) -> bool:
         return bool(self.sessions or self.bytes)
+
+    def exceeded_by(self, sessions: int, size: int) -> bool:
+        """Whether ``sessions`` sessions of ``size`` bytes in all are more than it allows."""
+        return bool(
+            (self.sessions and sessions > self.sessions) or (self.bytes and size > self.bytes)
+        )
 
     def share(self, partitions: int) -> Budget:
         """This budget split evenly among ``partitions`` (at least one session each)."""
@@ -93,6 +101,12 @@ class Residency:
         self._used[session_id] += size
         self.resident_bytes += size
 
+    def shrank(self, session_id: str, size: int) -> None:
+        """Undo a :meth:`grew`: the bytes were not logged after all (the command was refused
+        once encoded)."""
+        self._used[session_id] -= size
+        self.resident_bytes -= size
+
     def put_back(self, session_id: str, size: int) -> None:
         """Undo a :meth:`victims` yield: the session stays, still the least recently used."""
         self._used[session_id] = size
@@ -103,11 +117,7 @@ class Residency:
         self.resident_bytes -= self._used.pop(session_id, 0)
 
     def over(self) -> bool:
-        b = self.budget
-        return bool(
-            (b.sessions and len(self._used) > b.sessions)
-            or (b.bytes and self.resident_bytes > b.bytes)
-        )
+        return self.budget.exceeded_by(len(self._used), self.resident_bytes)
 
     def victims(self, keep: Collection[str] = ()) -> Iterator[tuple[str, int]]:
         """The least recently used sessions to evict, oldest first, with their logged bytes,
@@ -159,19 +169,25 @@ class Residency:
         left = self.leaving.get(session_id)
         return left[1] if left is not None else self.evicted.get(session_id)
 
+    def take_out(self, session_id: str) -> tuple[SessionState, Evicted] | None:
+        """An evicted session's state, restored from the topics, and its stub, without making
+        it resident: a restore evicts sessions whose events no snapshot covers, and one is
+        taken out to be snapshotted and to :meth:`leave` again in the open transaction, which
+        must follow. None if it is not evicted (or leaving: not committed yet)."""
+        stub = self.evicted.get(session_id)
+        if stub is None or self.reload is None:
+            return None
+        state = self.reload(session_id, stub)
+        del self.evicted[session_id]
+        return state, stub
+
     def take_back(self, session_id: str) -> SessionState | None:
         """The session's state if it was evicted (restored from the topics if need be), or
         None if this partition never had it."""
-        left = self.leaving.pop(session_id, None)
-        if left is not None:
-            state, stub = left
-        else:
-            stub_or_none = self.evicted.get(session_id)
-            if stub_or_none is None or self.reload is None:
-                return None
-            stub = stub_or_none
-            state = self.reload(session_id, stub)
-            del self.evicted[session_id]
+        back = self.leaving.pop(session_id, None) or self.take_out(session_id)
+        if back is None:
+            return None
+        state, stub = back
         self.used(session_id)
         self.grew(session_id, stub.size)
         return state

@@ -9,7 +9,7 @@ never serves from a log that may still grow behind its back.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,8 @@ from schemas import (
 from servicekit.partition_reader import high_watermark, read_partitions
 
 CHECKPOINT_KEY = b"\x00checkpoint"
+# Most sessions a checkpoint names with where their events start (about 100 bytes each).
+MAX_UNSNAPSHOTTED = 1000
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ def checkpoint_state(checkpoint: Checkpoint) -> dict[str, Any]:
     froms = checkpoint.unsnapshotted
     if not froms:
         return {"eventsOffset": checkpoint.offset}
+    if len(froms) > MAX_UNSNAPSHOTTED:
+        # Sessions evicted by a restore before any snapshot covered them can be a whole
+        # partition's: named one by one they would outgrow the record.
+        return {"eventsOffset": min(checkpoint.offset, *froms.values())}
     return {
         "eventsOffset": min(checkpoint.offset, *froms.values()),
         "coveredOffset": checkpoint.offset,
@@ -121,21 +127,10 @@ class _Heads:
         self.of[session_id] = _Head(offset, len(value), last_seq, value)
         self._held[session_id] = len(value)
         self._held_bytes += len(value)
-        b = self.budget
-        while len(self._held) > 1 and (
-            (b.bytes and self._held_bytes > b.bytes)
-            or (b.sessions and len(self._held) > b.sessions)
-        ):
+        while len(self._held) > 1 and self.budget.exceeded_by(len(self._held), self._held_bytes):
             oldest, size = self._held.popitem(last=False)
             self._held_bytes -= size
             self.of[oldest].value = None
-
-    def _over(self) -> bool:
-        b = self.budget
-        return bool(
-            (b.bytes and self._held_bytes > b.bytes)
-            or (b.sessions and len(self._held) > b.sessions)
-        )
 
     def held(self) -> list[str]:
         """Sessions whose values are held, oldest snapshot first."""
@@ -163,10 +158,16 @@ def restore_partition(
     The remembered rejections come from the same topic (``producers.writer.rejections``).
 
     With a ``budget`` (the partition's share of the writer's), the restore builds only the
-    sessions it keeps: those with events after their snapshot (a transaction must snapshot
-    them before they may leave), then the most recently snapshotted ones that fit. Every
+    sessions it keeps: those with events after their snapshot, the most recently used that
+    fit, then the most recently snapshotted ones that fit. Every
     other session becomes an :class:`Evicted` stub at once, its snapshot never decoded, so
-    taking a partition over costs the budget, not the partition's whole history."""
+    taking a partition over costs the budget, not the partition's whole history. Sessions
+    with events after their snapshot past the budget (all of them, when the events topic alone
+    is read) are evicted too, to their snapshot and those events: they stay dirty, and the
+    partition owes a checkpoint, which the writer writes as soon as it is idle, taking them
+    out of the topics a few per idle transaction to snapshot them (:mod:`.snapshots`); until
+    then, a checkpoint names where their events start, as for a session too large to
+    snapshot."""
     events_topic, snapshots_topic = topics
     heads = _Heads(budget or Budget())
     snapshots_end = 0
@@ -205,6 +206,7 @@ def restore_partition(
         events_mark=end,
     )
     tail_at: dict[str, int] = {}  # session id -> offset of its first event after its snapshot
+    last_at: dict[str, int] = {}  # session id -> offset of its last event: its last use
     ranges = {partition: (start or None, end)}  # from its first offset unless checkpointed
     for message in read_partitions(reader, events_topic, ranges, timeout_s):
         if mark.skips(message.offset() or 0, message.key()):
@@ -222,6 +224,7 @@ def restore_partition(
             bare.add(sid)
         if sid not in logs:
             tail_at[sid] = message.offset() or 0
+        last_at[sid] = message.offset() or 0
         logs.setdefault(sid, []).append(record.event)
         values.setdefault(sid, []).append(reusable_value(message.value()))
         tail_bytes[sid] = tail_bytes.get(sid, 0) + len(message.value() or b"")
@@ -232,15 +235,37 @@ def restore_partition(
             # A gap between snapshot and tail breaks the checkpoint's promise: trust only the
             # events topic, from its beginning.
             return _from_events_only(
-                reader, probe, topics, partition, timeout_s, interpreters, rejection_slots, slots
-            )
+                reader, probe, topics, partition, timeout_s, interpreters, rejection_slots, slots,
+                budget,
+            )  # fmt: skip
+    tails = _tails_kept(budget or Budget(), logs, last_at, tail_bytes, heads)
+    answered_tails: dict[str, set[str]] = {}
+    for sid in [sid for sid in logs if sid not in tails]:
+        head = heads.of.get(sid)
+        stub = Evicted(
+            _length(head) + len(logs[sid]),
+            None if head is not None else sid not in bare,  # None: as its snapshot says
+            head.offset if head is not None else None,
+            head.last_seq if head is not None else -1,
+            tail_at[sid],
+            (head.size if head is not None else 0) + tail_bytes[sid],
+        )
+        state.residency.drop(sid, stub)
+        state.dirty.add(sid)  # no snapshot covers its tail: the next checkpoint names it
+        state.checkpoint_owed = True  # or snapshots it, taken out (producers/writer/snapshots.py)
+        answered_tails[sid] = {rid for rid in request_ids.pop(sid) if rid is not None}
+        del logs[sid], values[sid]
     # Built, oldest use first: held snapshots by their offset, then sessions with a tail.
-    kept = [sid for sid in heads.held() if sid not in logs] + list(logs)
+    # Not those whose tail was evicted just above: built from the snapshot alone, they would
+    # lack the tail's events (and be resident beside their stub).
+    evicted = state.residency.evicted
+    kept = [sid for sid in heads.held() if sid not in logs and sid not in evicted] + tails
     missing = {heads.of[sid].offset: sid for sid in logs if _unheld(heads.of.get(sid))}
     if missing and not _fetch(reader, snapshots_topic, partition, timeout_s, heads, missing):
         return _from_events_only(
-            reader, probe, topics, partition, timeout_s, interpreters, rejection_slots, slots
-        )
+            reader, probe, topics, partition, timeout_s, interpreters, rejection_slots, slots,
+            budget,
+        )  # fmt: skip
     for sid in kept:
         if sid in state.broken:
             continue
@@ -277,14 +302,47 @@ def restore_partition(
         if tail:
             state.dirty.add(sid)  # the next checkpoint must cover its tail
     for sid, found in heads.of.items():
-        if sid in state.sessions or sid in state.broken or found.last_seq < 0:
+        if (
+            sid in state.sessions
+            or sid in state.broken
+            or sid in state.residency.evicted  # with its tail
+            or found.last_seq < 0
+        ):
             continue
         # Its snapshot holds all of it; whether it is bare, the snapshot says when reloaded.
         stub = Evicted(found.last_seq + 1, None, found.offset, found.last_seq, end, found.size)
         state.residency.drop(sid, stub)
-    answered = {sid: s.requests for sid, s in state.sessions.items()}
+    answered: dict[str, Iterable[str]] = {sid: s.requests for sid, s in state.sessions.items()}
+    answered |= answered_tails
     state.rejections.load(slots, answered)
     return state
+
+
+def _tails_kept(
+    budget: Budget,
+    logs: Mapping[str, list[dict[str, Any]]],
+    last_at: Mapping[str, int],
+    tail_bytes: Mapping[str, int],
+    heads: _Heads,
+) -> list[str]:
+    """The sessions with a tail that the restore builds, oldest use first: the most recently
+    used that fit ``budget`` (always one), and any whose tail is not contiguous, which a
+    rebuild finds broken (evicted, it would be doubted at every reload instead)."""
+    if not budget.bounded:
+        return list(logs)
+    kept: list[str] = []
+    size = 0
+    for sid in sorted(logs, key=last_at.__getitem__, reverse=True):
+        tail = logs[sid]
+        head = heads.of.get(sid)
+        grown = size + tail_bytes[sid] + (head.size if head is not None else 0)
+        fits = not kept or not budget.exceeded_by(len(kept) + 1, grown)
+        first = tail[0]["seq"]
+        if fits or any(e["seq"] != first + i for i, e in enumerate(tail)):
+            kept.append(sid)
+            size = grown
+    kept.reverse()
+    return kept
 
 
 def _length(head: _Head | None) -> int:
@@ -322,6 +380,7 @@ def _from_events_only(
     interpreters: Mapping[str, Interpreter],
     rejection_slots: int,
     slots: list[Slot],
+    budget: Budget | None,
 ) -> PartitionState:
     return restore_partition(
         reader,
@@ -332,5 +391,6 @@ def _from_events_only(
         interpreters=interpreters,
         use_snapshots=False,
         rejection_slots=rejection_slots,
+        budget=budget,
         _slots=slots,
     )

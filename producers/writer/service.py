@@ -37,7 +37,7 @@ from producers.writer.settings import WriterSettings
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import Limits, PartitionState, without_traceback
 from producers.writer.takeover import offsets_metadata
-from producers.writer.transaction import Failure
+from producers.writer.transaction import Failure, Transaction
 from servicekit import kafka_clients
 from servicekit.gc_tuning import observe_gc_pauses, young_gc_threshold
 from servicekit.health import Health
@@ -98,6 +98,9 @@ class Writer:
             max_snapshot_bytes=settings.max_snapshot_bytes,
             events_end=self.ownership.events_end,
             snapshots_end=self.ownership.snapshots_end,
+            # Take-outs read the topics with no poll and before the idle transaction's first
+            # record: a quarter of the transaction timeout bounds both.
+            take_out_seconds=settings.transaction_timeout_ms / 4000,
         )
         self.tenancy = Tenancy.parse(
             settings.tenant_prefixes, settings.tenant_keys.get_secret_value()
@@ -248,7 +251,10 @@ class Writer:
         if self.pipeline.commit_done():
             self._settle_or_recover()
         first = self._consumer.poll(self.settings.poll_timeout_ms / 1000)
-        if self._rewound_by_rebalance() or first is None:
+        if self._rewound_by_rebalance():
+            return
+        if first is None:
+            self._idle()
             return
         # poll returns as soon as one record is there; drain what is already fetched without
         # waiting, so a quiet stream gets low latency and a busy one big batches. With a
@@ -289,30 +295,40 @@ class Writer:
         return self._recover(exc, lane)
 
     def _process(self, records: list[Message]) -> None:
-        """One transaction for the batch (on the lane whose turn it is, see :mod:`.pipeline`)."""
-        lane = self.pipeline.turn
-        try:
-            self._transact(records)
-        except KafkaException as exc:
-            # The traceback holds the batch's frames and, in them, its partitions' states,
-            # which the recovery drops: let them go with it (see _sweep_frozen_heap).
-            self._recover(without_traceback(exc), lane)
-        except BaseException:
-            # Not Kafka's doing: publish nothing of this batch, and let the process fail
-            # loudly rather than serve from state the log may lack.
-            self.pipeline.abort_quietly()
-            raise
+        """One transaction for the batch, or several in a row once one reaches
+        ``batch_max_bytes`` (:meth:`_transact`), each on the lane whose turn it is (see
+        :mod:`.pipeline`)."""
+        while records:
+            lane = self.pipeline.turn
+            left: list[Message] = []
+            try:
+                self._transact(records, left)
+            except KafkaException as exc:
+                # The traceback holds the batch's frames and, in them, its partitions' states,
+                # which the recovery drops: let them go with it (see _sweep_frozen_heap).
+                if self._recover(without_traceback(exc), lane):
+                    return  # rewound: what the batch left is fetched again
+                # Produced again: only the failure of a Kafka call after every command was
+                # taken does that, so ``left`` is what the next transaction takes.
+            except BaseException:
+                # Not Kafka's doing: publish nothing of this batch, and let the process fail
+                # loudly rather than serve from state the log may lack.
+                self.pipeline.abort_quietly()
+                raise
+            records = left
 
-    def _transact(self, records: list[Message]) -> None:
-        """:meth:`_process`'s transaction: built, produced, and committed or handed to the
-        commit thread."""
+    def _transact(self, records: list[Message], left: list[Message]) -> None:
+        """One transaction of :meth:`_process`: built, produced, and committed or handed to
+        the commit thread. It takes ``records`` until its own records reach
+        ``batch_max_bytes`` (always one command), and puts the rest in ``left``."""
         assert self._consumer is not None and self.handler is not None
         handle, partitions = self.handler.handle, self.ownership.partitions
+        max_bytes = self.settings.batch_max_bytes
         begun = time.monotonic()
         txn = self.pipeline.begin()
         offsets, states = txn.offsets, txn.states
         handled = 0
-        for m in records:
+        for i, m in enumerate(records):
             p: int = m.partition()  # type: ignore[assignment]
             state = partitions.get(p)
             if state is None:
@@ -321,14 +337,60 @@ class Writer:
             offsets[p] = m.offset() + 1  # type: ignore[operator]
             states[p] = state
             handled += 1
+            if txn.size >= max_bytes:
+                left += records[i + 1 :]
+                records = records[: i + 1]
+                break
         if not offsets:
             self.pipeline.abandon(txn)
             return
-        for p in offsets:
+        for p, offset in offsets.items():
+            partitions[p].commands_next = offset
             self.snapshots.after_batch(partitions[p], txn)
         started = time.monotonic()
         metrics.PHASE_VALIDATE.observe(started - begun)
         metrics.BATCH_COMMANDS.observe(handled)
+        self._send_offsets_and_finish(txn, records, started)
+
+    def _idle(self) -> None:
+        """No command came within the poll timeout: a transaction of no command goes on with
+        the checkpoints the partitions owe (:meth:`.Snapshots.owes_checkpoint`). It sends each
+        partition's commands offset again, unchanged, so that a writer that has lost the
+        partition is fenced there as a batch's transaction would be (KIP-447)."""
+        partitions = self.ownership.partitions
+        due = [
+            p
+            for p, state in partitions.items()
+            if state.commands_next is not None and self.snapshots.owes_checkpoint(state)
+        ]
+        if not due:
+            return
+        lane = self.pipeline.turn
+        try:
+            try:
+                # The evicted sessions to snapshot are read first, before the transaction
+                # holds anything (Snapshots.take_out_owed).
+                self.snapshots.take_out_owed(partitions[p] for p in due)
+                txn = self.pipeline.begin()
+                for p in due:
+                    state = partitions[p]
+                    assert state.commands_next is not None
+                    txn.offsets[p] = state.commands_next
+                    txn.states[p] = state
+                    self.snapshots.when_idle(state, txn)
+            finally:
+                self.snapshots.release_taken()
+            self._send_offsets_and_finish(txn, [], time.monotonic())
+        except KafkaException as exc:
+            self._recover(without_traceback(exc), lane)  # nothing fetched to take again
+        except BaseException:
+            self.pipeline.abort_quietly()
+            raise
+
+    def _send_offsets_and_finish(
+        self, txn: Transaction, records: list[Message], started: float
+    ) -> None:
+        assert self._consumer is not None
         group = self._consumer.consumer_group_metadata()
         if recovery.unfenced(group):
             raise KafkaException(
@@ -337,7 +399,7 @@ class Writer:
                     "group membership lost before the offsets were sent",
                 )
             )
-        self.pipeline.send_offsets(txn.producer, offsets, group)
+        self.pipeline.send_offsets(txn.producer, txn.offsets, group)
         self.pipeline.finish(txn, records, started, time.monotonic())
 
     # -- recovery -------------------------------------------------------------------------

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from servicekit.settings import StrictSettings
+from servicekit.settings import StrictSettings, check_poll_interval
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -30,6 +30,12 @@ class WriterSettings(StrictSettings):
     its predecessor's open transaction at once."""
     batch_max_commands: Annotated[int, Field(ge=1)] = 1000
     """Most commands validated and committed in one transaction."""
+    # A read's reply alone may be 512 KiB, an append's events go out twice (events, reply):
+    # without a cap, a batch of large commands or reads made transactions of hundreds of MiB,
+    # held in the producer's queue and in the writer's memory until they committed.
+    batch_max_bytes: Annotated[int, Field(ge=1)] = 16 * MIB
+    """Bytes of records (events, replies, snapshots) after which a transaction takes no more
+    commands: the rest of the batch goes in the next one."""
     poll_timeout_ms: Annotated[int, Field(ge=1)] = 100
     """How long one poll of the commands topic waits for records."""
     session_timeout_ms: Annotated[int, Field(ge=1000)] = 10_000
@@ -122,3 +128,9 @@ class WriterSettings(StrictSettings):
     failpoint: str = ""
     """For tests only: makes the writer stop or hang at a given point, to stage faults. Leave
     it empty."""
+
+    @model_validator(mode="after")
+    def _poll_interval_covers_the_session(self) -> WriterSettings:
+        prefix = self.model_config.get("env_prefix", "")
+        check_poll_interval(prefix, self.max_poll_interval_ms, self.session_timeout_ms)
+        return self

@@ -117,6 +117,7 @@ class SessionState:
             self.snapshot_last,
             self.events_from,
             size,
+            self.oversized,
         )
 
     def event_values(self, start: int, stop: int) -> list[bytes]:
@@ -160,6 +161,7 @@ class Outcome:
     error: SessionError | None = None
     new: bool = False  # False for a rejection or a retried request answered from the log
     repeated: bool = False  # a retried request answered with its remembered rejection
+    size: int = 0  # bytes a new one counted against the partition's memory budget
 
 
 @dataclass(frozen=True)
@@ -200,11 +202,26 @@ class PartitionState:
     sessions: dict[str, SessionState] = field(default_factory=dict)
     # Sessions whose log does not restore: every command for them gets this error.
     broken: dict[str, SessionError] = field(default_factory=dict)
+    # Of those, the ones found broken by reading them back from their stubs (evicted, their
+    # stubs kept): a checkpoint may name them there (producers/writer/snapshots.py).
+    broken_on_reload: set[str] = field(default_factory=set)
+    # Evicted sessions a checkpoint could not read back (a KafkaException): named by their
+    # stubs, and owed no further checkpoint (producers/writer/snapshots.py).
+    unreadable: set[str] = field(default_factory=set)
     restored_from: int = 0  # events offset the restore read from (the last checkpoint)
     # Sessions with events no snapshot covers yet; a checkpoint snapshots all of them.
     dirty: set[str] = field(default_factory=set)
     events_since_checkpoint: int = 0
     checkpoint: Checkpoint | None = None  # one in progress
+    # The restore evicted sessions with events no snapshot covers: until a checkpoint
+    # snapshots them, every checkpoint names them and restores read the events topic from
+    # their first event, however long they stay quiet. So one is written as soon as the
+    # writer is idle, not only after ``checkpoint_every`` events (producers/writer/snapshots.py).
+    checkpoint_owed: bool = False
+    # The commands offset the partition's next transaction sends (None: not known, none
+    # committed): a transaction with no command sends it again, so that the group still
+    # fences it (KIP-447).
+    commands_next: int | None = None
 
     # Requests rejected recently: a retry gets the same rejection (producers/writer/rejections.py).
     rejections: Rejections = field(default_factory=Rejections)
@@ -215,6 +232,12 @@ class PartitionState:
     snapshots_mark: int = 0
     events_mark: int = 0
 
+    def found_broken_on_reload(self, session_id: str, exc: SessionError) -> None:
+        """Its log does not rebuild: refused from now on, as after a restore. A checkpoint may
+        name it by its stub, which a restore reads to find it broken again."""
+        self.broken[session_id] = without_traceback(exc)
+        self.broken_on_reload.add(session_id)
+
     def held(self, session_id: str) -> SessionState | None:
         """The session's state, restored if it was evicted; None for a session never seen.
         An evicted session whose log does not rebuild raises its error, and is broken."""
@@ -223,8 +246,7 @@ class PartitionState:
             try:
                 state = self.residency.take_back(session_id)
             except SessionError as exc:
-                # Its log does not rebuild: refused from now on, as after a restore.
-                self.broken[session_id] = without_traceback(exc)
+                self.found_broken_on_reload(session_id, exc)
                 raise
             if state is None:
                 return None
@@ -345,7 +367,7 @@ class PartitionState:
         state.events_since_snapshot += len(events)
         self.dirty.add(command.session_id)
         self.events_since_checkpoint += len(events)
-        return Outcome(events=events, new=True)
+        return Outcome(events=events, new=True, size=size)
 
     def undo(self, command: AppendCommand, outcome: Outcome) -> None:
         """Take back an applied command the writer cannot publish (e.g. an event too large
@@ -362,6 +384,8 @@ class PartitionState:
         del state.requests[command.request_id]
         state.clients.pop(command.request_id, None)
         state.events_since_snapshot = max(0, state.events_since_snapshot - len(outcome.events))
+        self.events_since_checkpoint = max(0, self.events_since_checkpoint - len(outcome.events))
+        self.residency.shrank(command.session_id, outcome.size)
         self._forget_if_empty(command.session_id)  # its first command: nothing left of it
 
 

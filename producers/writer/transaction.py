@@ -32,6 +32,7 @@ class Transaction:
     # The in-memory state each partition's commands were applied to: a partition restored
     # since (revoked and assigned again, recovered) has another, which lacks these records.
     states: dict[int, PartitionState] = field(default_factory=dict)
+    size: int = 0  # bytes of the record values produced
 
     def put(
         self,
@@ -44,6 +45,7 @@ class Transaction:
         request_id: bytes | None = None,
     ) -> None:
         self.journal.extend((serves, topic, value, key, partition, kind, request_id))
+        self.size += len(value or b"")
         produce(self.producer, topic, value, key, partition, headers_of(kind, request_id))
 
     def records(self, partitions: set[int]) -> Iterator[list[Any]]:

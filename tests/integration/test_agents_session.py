@@ -88,6 +88,17 @@ def client(topics: KafkaSettings) -> Iterator[SessionClient]:
     gc.collect()
 
 
+def _replace_one(client: SessionClient, session_id: str, event: dsh.Event, data: Any) -> None:
+    """Another service replaces ``event`` on the surface with an event of its type, citing it."""
+    client.append(
+        session_id,
+        event.type,
+        data,
+        surface_op=dsh.Replace(event.seq, event.seq),
+        source_event_seqs=[event.seq],
+    )
+
+
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -395,13 +406,7 @@ def test_items_come_back_exactly_as_added_and_the_log_stays_vocabulary(
         "content": [{"type": "text", "text": "summary"}],
         "source": {"kind": "plugin", "plugin": "compaction"},
     }
-    client.append(
-        "agents-6",
-        "user/message",
-        summary,
-        surface_op=dsh.Replace(user.seq, user.seq),
-        source_event_seqs=[user.seq],
-    )
+    _replace_one(client, "agents-6", user, summary)
     assert _run(session.get_items())[2] == {
         "role": "user",
         "content": [{"type": "input_text", "text": "summary"}],
@@ -496,13 +501,7 @@ def test_a_tool_result_rewritten_by_another_service_is_what_the_sdk_gets(
     result = next(e for e in client.read("agents-redact").events() if e.type == "tool/result")
     data = json.loads(json.dumps(result.to_json()["data"]))
     data["message"]["content"][0]["content"] = [{"type": "text", "text": "[redacted]"}]
-    client.append(
-        "agents-redact",
-        "tool/result",
-        data,
-        surface_op=dsh.Replace(result.seq, result.seq),
-        source_event_seqs=[result.seq],
-    )
+    _replace_one(client, "agents-redact", result, data)
     redacted = {**secret, "output": "[redacted]"}
     assert _run(session.get_items())[-1] == redacted
     assert _run(session.get_items(limit=1)) == [redacted]

@@ -83,8 +83,16 @@ def test_a_writer_restores_from_a_snapshots_topic_the_log_cleaner_has_compacted(
     snapshots_topic = topics.topic("snapshots")
     created = _topic_config(topics, snapshots_topic)
     assert (created["cleanup.policy"], created["max.compaction.lag.ms"]) == ("compact", "3600000")
+    # Segments roll every 100 ms, but the cleaner leaves records alone until the lag is lifted:
+    # it wakes every 15 s (log.cleaner.backoff.ms), maybe between the writes and their count.
     _set_topic_config(
-        topics, snapshots_topic, {"segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
+        topics,
+        snapshots_topic,
+        {
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "min.compaction.lag.ms": created["max.compaction.lag.ms"],
+        },
     )
     settings = writer_settings(snapshot_every=2, checkpoint_every=4)
     end = {"turn": 1, "reason": {"kind": "completed"}}
@@ -100,12 +108,12 @@ def test_a_writer_restores_from_a_snapshots_topic_the_log_cleaner_has_compacted(
         written = _versions(topics, snapshots_topic, home)
         # Every 2 events, and the checkpoints' (every 4 events of the partition).
         assert all(written[sid.encode()] >= 3 for sid in sids), written
+        _set_topic_config(topics, snapshots_topic, {"min.compaction.lag.ms": "0"})
 
         def compacted() -> bool:
             now = _versions(topics, snapshots_topic, home)
             return all(now[sid.encode()] < written[sid.encode()] for sid in sids)
 
-        # The cleaner looks for work every 15 s (log.cleaner.backoff.ms).
         wait_for(compacted, 60, "the log cleaner compacting the snapshots topic")
         print(written, _versions(topics, snapshots_topic, home))
 

@@ -115,3 +115,20 @@ def test_a_read_reply_with_a_malformed_next_seq_fails_the_read_typed() -> None:
     inflight._on_reply(reply)
     with pytest.raises(ReplyUndecodableError, match="ValueError"):
         future.result(0)
+
+
+def test_the_committed_seqs_kept_for_read_your_writes_are_bounded_by_recent_use() -> None:
+    """A long-lived client appending to millions of sessions keeps only the most recently
+    committed to: the others' reads pass ``at_least`` themselves."""
+    inflight = InFlight(CLIENT, threading.Event(), committed_sessions=2)
+    for i, sid in enumerate(["session-a", "session-b", "session-a", "session-c"]):
+        _waiting(inflight, sid, f"key-{i}")
+        inflight._on_reply(_reply(sid, f"key-{i}", i))
+    assert inflight.committed_seq("session-b") is None  # the least recent of three
+    assert inflight.committed_seq("session-a") == 2
+    assert inflight.committed_seq("session-c") == 3
+    # A late reply to a retried request names an earlier seq: the later one stays.
+    _waiting(inflight, "session-c", "key-0")
+    inflight._on_reply(_reply("session-c", "key-0", 1))
+    assert inflight.committed_seq("session-c") == 3
+    assert len(inflight._committed) == 2

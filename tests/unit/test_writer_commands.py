@@ -19,6 +19,7 @@ from producers.writer.commands import (
     Placement,
 )
 from producers.writer.journal import REPLY, SNAPSHOT, Kind
+from producers.writer.residency import Budget
 from producers.writer.snapshots import Snapshots
 from producers.writer.state import Limits, PartitionState, rebuild
 from schemas import (
@@ -271,6 +272,23 @@ def test_an_event_too_large_once_encoded_is_refused_and_leaves_the_session_as_it
     assert out.on(TOPICS.events) == []
     assert out.reply().exception().code == "EVENT_TOO_LARGE"
     assert len(state.sessions[SID].session) == 1 and "r2" not in state.sessions[SID].requests
+
+
+def test_a_command_refused_once_encoded_is_not_counted_against_the_memory_budget() -> None:
+    """Its bytes were counted when the core accepted it: the refusal takes them back, else
+    every refused retry would make the session look larger, and evict others for nothing."""
+    state, h = PartitionState(HOME), handler(max_event_bytes=600)
+    handle(h, state, Record(command("r1"), SID.encode()))
+    counted = state.residency.resident_bytes
+    events_since_checkpoint = state.events_since_checkpoint
+    big = [draft("user/message", user("u2", "x" * 1000), surface_op="append")]
+    for i in range(3):
+        out = handle(h, state, Record(command(f"r-big-{i}", drafts=big), SID.encode()))
+        assert out.reply().exception().code == "EVENT_TOO_LARGE"
+    assert state.residency.resident_bytes == counted
+    assert state.events_since_checkpoint == events_since_checkpoint
+    state.residency.budget = Budget(bytes=counted)
+    assert not state.residency.over()
 
 
 def test_events_too_many_for_one_reply_are_refused_and_every_reply_fits_a_record() -> None:

@@ -161,7 +161,7 @@ def test_a_session_too_large_to_snapshot_is_evicted_to_its_events() -> None:
     outbox = Outbox()
     _snapshots(max_bytes=1).after_batch(state, outbox)
     assert outbox.snapshots == []
-    assert state.residency.leaving["old"][1] == Evicted(3, True, None, -1, 22, 300)
+    assert state.residency.leaving["old"][1] == Evicted(3, True, None, -1, 22, 300, oversized=True)
 
 
 def test_a_session_with_no_event_is_simply_forgotten() -> None:
