@@ -51,12 +51,14 @@ Reading sessions (every read command takes --json):
 
 Moving sessions in and out:
   dsh import FILE.jsonl  publish a session file (v0..v3) through the writer
-  dsh export DIR         the events topic as date-partitioned Avro files (incremental)
+  dsh export DIR         the events topic as date-partitioned Avro or Parquet files
+                         (incremental)
   dsh export --format jsonl SESSION   one session as a session file DSH reads
 
 Settings come from the environment: DSH_LOCAL_* for the local stack (ports, state dir,
 broker count), DSH_KAFKA_* and DSH_REDIS_* for how services and commands connect,
-DSH_WRITER_*, DSH_PROJECTOR_* and DSH_LOG_* for the services; `dsh settings` lists them all.
+DSH_WRITER_*, DSH_PROJECTOR_*, DSH_SERVE_* and DSH_LOG_* for the services; `dsh settings`
+lists them all.
 Errors print as `dsh: error [CODE]: message` and exit 1.
 """
 

@@ -53,6 +53,14 @@ directory's files. A directory holds one format: another one's export is refused
 Columns: docs/operations.md#export. --codec: deflate|snappy|null for Avro (default deflate),
 zstd|snappy|null for Parquet (default zstd).
 
+Memory: DSH_EXPORT_BUFFER_BYTES (default 128 MiB) bounds the rows waiting for their row
+group or block, across all partitions' files, and the records the Kafka consumer prefetched:
+the consumer gets 1/8 (or 2 MiB per broker leading the topic's partitions plus 2 MiB, if more),
+the rows the rest (at least half); past their share, the file holding the most writes them
+out, a smaller row group or block. From 4 MiB per leader plus 4 MiB up (8 MiB with one) the two
+stay within the setting; docs/operations.md#export. --json reports the most the rows held as
+bufferedPeakBytes.
+
 --format jsonl SESSION writes one session, as committed in the events topic, as a session
 file DSH reads (a v3 header and events): SESSION.jsonl, or --output FILE."""
 
@@ -176,6 +184,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    _refuse_ignored_options(args)
     if args.format == "jsonl":
         return _export_session(args)
     from projectors.export import export
@@ -211,12 +220,41 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_ignored_options(args: argparse.Namespace) -> None:
+    """An option the chosen format has no use for is a mistake, not a no-op: `--output F`
+    without --format jsonl exported the whole topic into DIR and never wrote F."""
+    from projectors.export import ExportFormatError
+
+    session = args.format == "jsonl"
+    ignored = [
+        option
+        for option, given, used in (
+            ("--output", args.output is not None, session),
+            ("--codec", args.codec is not None, not session),
+            ("--from-beginning", args.from_beginning, not session),
+        )
+        if given and not used
+    ]
+    if ignored:
+        scope = "only without --format jsonl" if session else "only with --format jsonl"
+        raise ExportFormatError(
+            f"{', '.join(ignored)}: {'applies' if len(ignored) == 1 else 'apply'} {scope}",
+            code="EXPORT_OPTION",
+        )
+
+
 def _export_session(args: argparse.Namespace) -> int:
     from projectors.export import export_session
 
     session_id = args.directory
     path = args.output or f"{session_id}.jsonl"
-    count = export_session(session_id, path, kafka=_kafka(), progress=_progress(args, "records"))
+    count = export_session(
+        session_id,
+        path,
+        kafka=_kafka(),
+        progress=_progress(args, "records"),
+        connect_timeout=args.timeout,
+    )
     if args.json:
         print(json.dumps({"sessionId": session_id, "file": path, "events": count}))
     else:

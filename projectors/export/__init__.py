@@ -26,11 +26,14 @@ Its parts, each a module:
 - :mod:`.avro_files`: the wire and the flat Avro sinks; :mod:`.analytics`: the Parquet one
   (pyarrow, the ``analytics`` extra);
 - :mod:`.rows`: the flat row of one event, and its columns;
+- :mod:`.budget`: the bytes the open files hold in memory, bounded across partitions
+  (``DSH_EXPORT_BUFFER_BYTES``);
 - :mod:`.reading`: a wire Avro export read back (:func:`read_export`);
 - :mod:`.session_file`: one session as a session file (``--format jsonl``);
 - :mod:`.errors`: what an export fails with, by code.
 """
 
+from projectors.export.budget import ExportSettings
 from projectors.export.errors import (
     ExportBusyError,
     ExportDependencyError,
@@ -60,6 +63,7 @@ __all__ = [
     "ExportManifestError",
     "ExportRecordError",
     "ExportResult",
+    "ExportSettings",
     "Manifest",
     "Progress",
     "export",

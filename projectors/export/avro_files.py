@@ -86,9 +86,9 @@ class WireAvroSink:
             self.block += default_codec().encode(SESSION_EVENT, wire)[HEADER_SIZE:]
         self.count += 1
         if len(self.block) >= BLOCK_BYTES:
-            self._write_block()
+            self.flush()
 
-    def _write_block(self) -> None:
+    def flush(self) -> None:
         if self.count:
             # fastavro frames, compresses and syncs the block; the bodies are already Avro.
             block = types.SimpleNamespace(
@@ -102,7 +102,7 @@ class WireAvroSink:
         return len(self.block)
 
     def finish(self) -> None:
-        self._write_block()
+        self.flush()
         self.writer.flush()
 
 
@@ -121,5 +121,8 @@ class FlatAvroSink:
     def buffered(self) -> int:
         return int(cast(Any, self.writer).io.tell())  # the block being built
 
+    def flush(self) -> None:
+        self.writer.flush()  # the block, if any; fastavro writes none for no records
+
     def finish(self) -> None:
-        self.writer.flush()
+        self.flush()

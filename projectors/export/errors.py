@@ -21,7 +21,9 @@ class ExportManifestError(ExportError):
 
 @register_error
 class ExportDirectoryError(ExportError):
-    """The export directory cannot be made or written (a file of that name, no permission)."""
+    """``EXPORT_DIR_INVALID``: the export directory cannot be made or written (a file of that
+    name, no permission); ``EXPORT_WRITE_FAILED``: a file of the run could not be written (a
+    full disk); ``EXPORT_OUTPUT_INVALID``: ``--format jsonl``'s file cannot be written."""
 
     default_code = "EXPORT_DIR_INVALID"
 

@@ -41,6 +41,10 @@ class Sink(Protocol):
         """Bytes held in memory, not yet in the file."""
         ...
 
+    def flush(self) -> None:
+        """Write what is held now (a row group, a block), to free the memory it takes."""
+        ...
+
     def finish(self) -> None:
         """Write what is held and the format's trailer; the file is flushed and fsynced after."""
         ...

@@ -10,6 +10,7 @@ the export (naming its partition and offset) instead of reaching the files.
 from __future__ import annotations
 
 import fcntl
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from confluent_kafka import Consumer
 
 from dsh.errors import SessionError
 from dsh.formats.jsonl import fsync_directory
+from projectors.export.budget import Budget, ExportSettings, split
 from projectors.export.errors import (
     ExportBusyError,
     ExportDirectoryError,
@@ -41,7 +43,9 @@ from servicekit import kafka_clients
 from servicekit.partition_reader import PartitionReadError, read_partitions, watermarks
 from servicekit.progress import Progress
 from servicekit.settings import KafkaSettings
-from servicekit.topics import partition_counts
+from servicekit.topics import leading_brokers, topic_metadata
+
+log = logging.getLogger("projectors")
 
 LOCK = "_lock"
 CODECS = AVRO_CODECS
@@ -60,6 +64,7 @@ class ExportResult:
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition: [from, to)
     skipped: dict[int, int] = field(default_factory=dict)  # offsets lost to retention
     bytes: int = 0
+    buffered_peak: int = 0  # the most bytes of rows held in memory at once, all files together
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -72,6 +77,7 @@ class ExportResult:
             "ranges": {str(p): list(r) for p, r in sorted(self.ranges.items())},
             "skipped": {str(p): n for p, n in sorted(self.skipped.items())},
             "bytes": self.bytes,
+            "bufferedPeakBytes": self.buffered_peak,
             "seconds": round(self.seconds, 3),
             "recordsPerSecond": round(self.records / self.seconds) if self.seconds else 0,
         }
@@ -124,14 +130,19 @@ def export(
     codec: str | None = None,
     connect_timeout: float = 10.0,
     timeout: float = 60.0,
+    buffer_bytes: int | None = None,
     progress: Progress | None = None,
 ) -> ExportResult:
     """Export what the events topic holds beyond ``directory``'s checkpoint (everything with
     ``from_beginning``, which replaces the directory's files), in ``format`` (one of
     :data:`~projectors.export.formats.FORMATS`) compressed with ``codec`` (default: the
     format's first). ``connect_timeout`` bounds the first contact with the broker, ``timeout``
-    a read that makes no progress."""
+    a read that makes no progress. ``buffer_bytes`` bounds what the run holds in memory, the rows
+    of all partitions and the consumer's prefetch (default: ``DSH_EXPORT_BUFFER_BYTES``; how it
+    is shared, by the brokers leading the topic at the start of the run:
+    :func:`~projectors.export.budget.split`)."""
     fmt, codec = resolve(format, codec)
+    setting = ExportSettings().buffer_bytes if buffer_bytes is None else buffer_bytes
     started = time.perf_counter()
     kafka = kafka or KafkaSettings()
     topic = kafka.topic("events")
@@ -160,8 +171,22 @@ def export(
             manifest.roll_forward(root)
         remove_temporaries(root)
         result = ExportResult(str(root), topic, fmt.name)
-        count = partition_counts(kafka, [topic], connect_timeout, quiet=True)[topic]
-        consumer = kafka_clients.reader(kafka, topics=(topic,))
+        described = topic_metadata(kafka, [topic], connect_timeout, quiet=True)[topic]
+        count = len(described.partitions)
+        leaders = leading_brokers(described)
+        shares = split(setting, leaders)
+        log.info(
+            "export of %s: %d partitions led by %d broker(s); of %d bytes, rows %d, "
+            "librdkafka's queue %d and a fetch of %d per leader",
+            topic,
+            count,
+            leaders,
+            setting,
+            shares.rows,
+            shares.queue,
+            shares.fetch,
+        )
+        consumer = kafka_clients.reader(kafka, topics=(topic,), **shares.consumer_config())
         try:
             _run(
                 root,
@@ -173,6 +198,7 @@ def export(
                 fmt,
                 codec,
                 timeout,
+                Budget(shares.rows),
                 result,
                 progress,
             )
@@ -192,6 +218,7 @@ def _run(
     fmt: ExportFormat,
     codec: str,
     timeout: float,
+    budget: Budget,
     result: ExportResult,
     progress: Progress | None,
 ) -> None:
@@ -231,6 +258,7 @@ def _run(
                 # One open file per partition: a partition's records are (nearly) in time
                 # order, so a date change closes the day's file rather than holding many open.
                 result.bytes += part.close()
+                budget.closed(p)
                 done.append(part)
                 part = None
             if part is None:
@@ -239,6 +267,7 @@ def _run(
                 part.add(Exported(p, offset, value, record, inherited))
             except SessionError as exc:  # a record of an older schema that does not re-encode
                 raise _undecodable(topic, p, offset, exc) from exc
+            budget.added(p, open_files)
             result.records += 1
             if progress is not None and result.records % 10_000 == 0:
                 progress(result.records, total)
@@ -246,6 +275,7 @@ def _run(
             result.bytes += part.close()
             done.append(part)
         open_files.clear()
+        result.buffered_peak = budget.peak
         for d in {part.dir for part in done}:
             fsync_directory(d)  # the temporaries are durable before the checkpoint names them
         new = Manifest(
@@ -259,15 +289,30 @@ def _run(
             new.save(root)  # the commit point
             committed_run = True
             new.roll_forward(root)
-    except BaseException:
+    except BaseException as exc:
         if not committed_run:  # after the commit the temporaries are owed: the next run renames
             for part in [*open_files.values(), *done]:
                 part.discard()
+        if isinstance(exc, OSError):  # a full disk, a path in the way
+            raise _unwritable(root, exc, committed_run) from exc
         raise
     if progress is not None:
         progress(result.records, result.records)  # the estimate counted transaction markers
     result.files = sorted(part.final_name for part in done)
     result.ranges = {p: r for p, r in ranges.items() if r[0] < r[1]}
+
+
+def _unwritable(root: Path, exc: OSError, committed: bool) -> ExportDirectoryError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    outcome = (
+        "the checkpoint is committed: the next run finishes its renames"
+        if committed
+        else "nothing of this run was committed: free the space or clear the path, and re-run"
+    )
+    return ExportDirectoryError(
+        f"{root}: cannot write the export: {exc.strerror or exc}{where}; {outcome}",
+        code="EXPORT_WRITE_FAILED",
+    )
 
 
 def _undecodable(topic: str, p: int, offset: int, exc: SessionError) -> ExportRecordError:

@@ -26,7 +26,8 @@ from cli.demo import Pipelined
 from interpreters import OFFLOAD_SPEC, offload_images
 from producers import SessionClient
 from projectors import export as export_mod
-from projectors.export import MANIFEST, ExportManifestError, export
+from projectors.export import MANIFEST, ExportManifestError, export, read_export
+from projectors.export.budget import split
 from schemas import HEADER_INHERITED, decode_event
 from servicekit import kafka_clients
 from servicekit.partition_reader import NOW, read_partitions
@@ -34,7 +35,8 @@ from servicekit.settings import KafkaSettings
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.writer_support import running_writer, writer_settings
 from tests.support.builders import user
-from tests.support.topics import fresh_topics
+from tests.support.prefetch import PrefetchWatch
+from tests.support.topics import committed_events, fresh_topics
 
 FLAT = ("parquet", "avro-flat")
 
@@ -351,3 +353,123 @@ def test_a_directory_holds_one_format(tmp_path: Path, kafka: KafkaSettings, demo
     with pytest.raises(ExportManifestError) as info:
         export(out, kafka=kafka, format="parquet")
     assert info.value.code == "MANIFEST_FORMAT"
+
+
+# -- memory: many partitions --------------------------------------------------------------
+
+WIDE_PARTITIONS = 48
+WIDE_RECORDS = 12  # per partition: 12 x 16 KB stays under an Avro block and a row group
+WIDE_DATA = 16 * 1024
+
+
+@pytest.fixture(scope="module")
+def wide(servers: Servers) -> KafkaSettings:
+    """A topic of many partitions, each with a few records of 16 KB of data."""
+    kafka = fresh_topics(servers.bootstrap_servers, WIDE_PARTITIONS, "test-wide")
+    committed_events(kafka, WIDE_PARTITIONS, WIDE_RECORDS, WIDE_DATA)
+    return kafka
+
+
+class _HeldBytes:
+    """What the sinks of one export hold in memory, all open files together, after each record
+    (as they count it: `Sink.buffered`); the most it ever was is ``peak``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open: list[Any] = []
+        self.peak = 0
+        make_sink = export_mod.ExportFormat.sink
+        held = self
+
+        class Counted:
+            def __init__(self, sink: Any) -> None:
+                self.sink = sink
+
+            def add(self, item: Any) -> None:
+                self.sink.add(item)
+                held.peak = max(held.peak, sum(s.buffered() for s in held.open))
+
+            def finish(self) -> None:
+                self.sink.finish()
+                held.open.remove(self.sink)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.sink, name)
+
+        def counted(fmt: Any, fh: Any, codec: str) -> Counted:
+            sink = make_sink(fmt, fh, codec)
+            held.open.append(sink)
+            return Counted(sink)
+
+        monkeypatch.setattr(export_mod.ExportFormat, "sink", counted)
+
+
+def _groups(directory: Path, fmt: str) -> int:
+    """Row groups (Parquet) or blocks (Avro) of every file of the export."""
+    import fastavro
+    import pyarrow.parquet as pq
+
+    count = 0
+    for path in directory.glob("date=*/part-*"):
+        if fmt == "parquet":
+            count += pq.ParquetFile(path).num_row_groups
+        else:
+            with open(path, "rb") as fh:
+                count += sum(1 for _ in fastavro.block_reader(fh))
+    return count
+
+
+@pytest.mark.parametrize("fmt", ("parquet", "avro-flat", "avro"))
+def test_the_rows_held_in_memory_stay_within_the_budget_whatever_the_partitions(
+    fmt: str, tmp_path: Path, wide: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each partition's file alone holds well under a row group or a block; together the 48
+    # held 9 MB. The budget is the setting (1 MiB, its least), not an argument: a run that
+    # ignores it still runs, and holds everything. The rows get their share of it (half, here).
+    budget = 1024 * 1024
+    monkeypatch.setenv("DSH_EXPORT_BUFFER_BYTES", str(budget))
+    rows = split(budget, 1).rows  # one broker
+    held = _HeldBytes(monkeypatch)
+    out = tmp_path / "export"
+    result = export(out, kafka=wide, format=fmt)
+
+    records = WIDE_PARTITIONS * WIDE_RECORDS
+    assert result.records == records
+    assert held.peak <= rows + 2 * WIDE_DATA  # one record over it, then the largest is written
+    assert result.buffered_peak == held.peak
+    # Every record exactly once, in the file of its partition.
+    keys = (
+        [(r.session_id, r.event["seq"]) for r in read_export(out)]
+        if fmt == "avro"
+        else _rows(out, fmt)
+    )
+    assert sorted(keys) == sorted(
+        (f"events-{p}", seq) for p in range(WIDE_PARTITIONS) for seq in range(WIDE_RECORDS)
+    )
+    assert len(result.files) == WIDE_PARTITIONS
+
+    # With the default budget the same topic is a row group or block per file, as before.
+    monkeypatch.delenv("DSH_EXPORT_BUFFER_BYTES")
+    roomy = export(tmp_path / "roomy", kafka=wide, format=fmt)
+    assert roomy.records == records and _groups(tmp_path / "roomy", fmt) == WIDE_PARTITIONS
+
+
+def test_the_consumer_prefetches_within_its_share_of_the_budget(
+    tmp_path: Path, wide: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What librdkafka itself counts as prefetched (its statistics' ``fetchq_size``: the bytes
+    of records in the consumer's queue, which all partitions share) while the export is held on
+    its first record, so the consumer fetches all it is allowed to: with librdkafka's defaults
+    that is the whole topic (9 MB here; up to 64 MiB and a 50 MiB fetch in general) whatever
+    ``DSH_EXPORT_BUFFER_BYTES`` says. Sized from the setting, the queue stops at its share and
+    overshoots it by one fetch at most; that it gets there shows the hold was long enough (a
+    broker slow to answer gets the next batch held too)."""
+    budget = 8 * 1024 * 1024  # a small pod's
+    monkeypatch.setenv("DSH_EXPORT_BUFFER_BYTES", str(budget))
+    shares = split(budget, 1)  # one broker leads every partition
+    watch = PrefetchWatch(shares.queue)
+    watch.install(monkeypatch)
+    result = export(tmp_path / "export", kafka=wide, format="avro")
+
+    assert result.records == WIDE_PARTITIONS * WIDE_RECORDS
+    assert watch.queued, "librdkafka reported no statistics"
+    assert shares.queue <= max(watch.queued) <= shares.queue + shares.fetch

@@ -762,3 +762,34 @@ def test_a_re_run_after_the_writer_was_fixed_is_a_new_attempt_not_the_old_reject
         assert (again.already_present, again.published) == (1, 1)
         with SessionClient(settings=topics, timeout=20) as c:
             assert without_time(c.read(sid).events()) == without_time(read_jsonl(path)[1])
+
+
+def test_an_export_that_cannot_write_its_files_is_a_typed_error_and_commits_nothing(
+    tmp_path: Path, cli_env: KafkaSettings, client: SessionClient, capsys: Any
+) -> None:
+    """A disk that fills up, a path that is not a directory: an OSError out of the middle of
+    an export was a traceback (after the whole session was read, for --format jsonl)."""
+    import datetime as dt
+
+    sid = _sid("unwritable")
+    import_file(FORMATS / "v0_legacy.jsonl", kafka=cli_env, session_id=sid)
+
+    missing = tmp_path / "no" / "such" / "dir" / "s.jsonl"
+    assert main(["export", "--format", "jsonl", sid, "--output", str(missing)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("dsh: error [EXPORT_OUTPUT_INVALID]: ") and str(missing) in err, err
+
+    # The day's directory cannot be made: a file has its name (as a full disk fails a write).
+    out = tmp_path / "export"
+    out.mkdir()
+    # The days around now too: a run across midnight (UTC) exports into the next day's.
+    now = dt.datetime.now(dt.UTC).date()
+    days = [(now + dt.timedelta(days=d)).isoformat() for d in (-1, 0, 1)]
+    for day in days:
+        (out / f"date={day}").write_text("in the way")
+    assert main(["export", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("dsh: error [EXPORT_WRITE_FAILED]: "), err
+    assert any(f"date={day}" in err for day in days), err
+    assert not (out / MANIFEST).exists()
+    assert not list(out.glob("date=*/.part-*"))

@@ -76,3 +76,33 @@ def test_kafka_names_the_tools_it_runs() -> None:
     done = _dsh("kafka", "no-such-tool")
     assert done.returncode == 2
     assert "consumer-groups" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("export", "dir", "--output", "x.jsonl"), "--output"),
+        (("export", "--format", "jsonl", "s", "--codec", "zstd"), "--codec"),
+        (("export", "--format", "jsonl", "s", "--from-beginning"), "--from-beginning"),
+    ],
+)
+def test_an_export_option_its_format_would_ignore_is_refused(
+    args: tuple[str, ...], option: str
+) -> None:
+    """`dsh export DIR --output F` exported the whole topic into DIR and never wrote F."""
+    done = _dsh(*args, "--timeout", "1")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("dsh: error [EXPORT_OPTION]: ") and option in last, done.stderr
+
+
+def test_export_of_one_session_keeps_to_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dsh export --format jsonl SESSION --timeout 1` waited its own 10 s for the broker."""
+    from deploy.local.processes import free_ports
+
+    (port,) = free_ports(1)
+    monkeypatch.setenv("DSH_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
+    done = _dsh("export", "--format", "jsonl", "s", "--timeout", "1")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "[KAFKA_UNREACHABLE]" in last and "answered in 1s" in last, done.stderr
