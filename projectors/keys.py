@@ -30,6 +30,14 @@ class Keys:
         which sessions moved last, without a scan of the keyspace."""
         return f"{self.prefix}:recent:{projection}"
 
+    def mend(self, projection: str, partition: int) -> str:
+        """The set of the partition's sessions a failover's mend found behind and has not
+        rebuilt yet: whoever owns the partition next finishes it. One key per partition,
+        without a hash tag: no command names two of them, nor one with a session's keys (a
+        round trip may carry several, routed command by command on a cluster), so each may
+        live in any slot."""
+        return f"{self.prefix}:mend:{projection}:{partition}"
+
     def sentinel(self, projection: str, instance: str) -> str:
         return f"{self.prefix}:projector:{projection}:{instance}"
 

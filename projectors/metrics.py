@@ -29,6 +29,11 @@ COMMIT_FAILURES = Counter(
 REBUILDS = Counter(
     "dsh_projector_rebuilds", "Sessions rebuilt from the topic", ["projector", "cause"]
 )
+REBUILDS_ABANDONED = Counter(
+    "dsh_projector_rebuilds_abandoned",
+    "Partition rebuilds left to whoever applies the partition next: revoked, or stopping",
+    ["projector"],
+)
 GC_PAUSES = Histogram(
     "dsh_projector_gc_pause_seconds",
     "Cycle-collector runs in the projector process, by generation (2: a full collection)",
@@ -38,7 +43,7 @@ GC_PAUSES = Histogram(
 
 
 RESULTS = ("applied", "duplicate", "gap", "blocked", "poison")
-REBUILD_CAUSES = ("gap", "redis-lost", "replay")
+REBUILD_CAUSES = ("gap", "redis-lost", "redis-failover", "replay")
 
 
 def expose(projector: str) -> None:
@@ -50,3 +55,4 @@ def expose(projector: str) -> None:
     for cause in REBUILD_CAUSES:
         REBUILDS.labels(projector, cause)
     COMMIT_FAILURES.labels(projector)
+    REBUILDS_ABANDONED.labels(projector)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from servicekit.settings import StrictSettings
+from servicekit.settings import StrictSettings, check_poll_interval
 
 
 # Each field's docstring is its entry in docs/settings.md (`python -m cli settings`).
 class ProjectorSettings(StrictSettings):
     """The projectors, `dsh project surface|transcript|audit`, and the commands that read or
-    rebuild their read models (`dsh show`, `dsh tail`, `dsh verify`, `dsh replay`)
-    (``DSH_PROJECTOR_*``)."""
+    rebuild their read models (`dsh show`, `dsh tail`, `dsh verify`, `dsh replay`, and
+    `dsh serve`, which reads the keys under `DSH_PROJECTOR_KEY_PREFIX`) (``DSH_PROJECTOR_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="DSH_PROJECTOR_", extra="forbid", frozen=True)
 
@@ -43,6 +43,9 @@ class ProjectorSettings(StrictSettings):
     heartbeat_interval_ms: Annotated[int, Field(ge=100)] = 500
     """How often the projector heartbeats its group, capped at a third of the session timeout;
     it bounds how long an instance takes to hear that another joined or left."""
+    max_poll_interval_ms: Annotated[int, Field(ge=1_000)] = 300_000
+    """Longest time between two polls of the group (Kafka's `max.poll.interval.ms`) before it
+    takes the projector's partitions away; at least the session timeout."""
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
     """Port of the HTTP endpoints `/metrics` (Prometheus), `/livez` and `/readyz` (`0`:
     none)."""
@@ -63,6 +66,12 @@ class ProjectorSettings(StrictSettings):
     replay_workers: Annotated[int, Field(ge=0)] = 0
     """Processes a whole-topic `dsh replay` forks, each rebuilding its share of the partitions:
     `0`: one per CPU, at most one per partition; `1`: all in the calling process."""
+
+    @model_validator(mode="after")
+    def _poll_interval_covers_the_session(self) -> ProjectorSettings:
+        prefix = self.model_config.get("env_prefix", "")
+        check_poll_interval(prefix, self.max_poll_interval_ms, self.session_timeout_ms)
+        return self
 
     def group_id(self, projection: str) -> str:
         return f"{self.group_prefix}-{projection}"

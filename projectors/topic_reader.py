@@ -95,8 +95,11 @@ def read_session(
     session_id: str,
     topic: str | None = None,
     progress: Progress | None = None,
+    connect_timeout: float = 10.0,
 ) -> list[Record | Poison]:
+    """``connect_timeout``: how long the first contact with the broker may take (a command's
+    ``--timeout``)."""
     topic = topic or kafka.topic("events")
-    count = partition_counts(kafka, [topic], 10.0)[topic]
+    count = partition_counts(kafka, [topic], connect_timeout)[topic]
     partition = partition_for(session_id, count)
     return read_sessions(kafka, topic, partition, [session_id], progress)[session_id]

@@ -1,6 +1,7 @@
 """A Redis primary, a replica and a Sentinel watching them, on loopback (tests; a local try of
-``DSH_REDIS_SENTINELS``). The Sentinel alone forms the quorum and takes a second to call the
-primary down, so a test's failover happens within seconds of the primary's loss."""
+``DSH_REDIS_SENTINELS``). The Sentinel alone forms the quorum and takes ``down_after_ms`` (a
+second by default) to call the primary down, so a test's failover happens within seconds of the
+primary's loss."""
 
 from __future__ import annotations
 
@@ -14,9 +15,19 @@ MASTER_NAME = "dsh"
 
 
 class LocalRedisSentinel:
-    def __init__(self, home: Path, primary_port: int, replica_port: int, sentinel_port: int):
+    def __init__(
+        self,
+        home: Path,
+        primary_port: int,
+        replica_port: int,
+        sentinel_port: int,
+        down_after_ms: int = 1000,
+    ):
         self.home = home
         self.sentinel_port = sentinel_port
+        # Also how long a replica may have been cut off from the primary and still be
+        # promoted: ten times this, plus the time the primary has been down.
+        self.down_after_ms = down_after_ms
         self.servers = [
             RedisServer(home / "a", primary_port, persistent=False),
             RedisServer(home / "b", replica_port, persistent=False, replica_of=primary_port),
@@ -48,7 +59,7 @@ class LocalRedisSentinel:
                     "daemonize no",
                     f"dir {self.home}",
                     f"sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 1",
-                    f"sentinel down-after-milliseconds {MASTER_NAME} 1000",
+                    f"sentinel down-after-milliseconds {MASTER_NAME} {self.down_after_ms}",
                     f"sentinel failover-timeout {MASTER_NAME} 10000",
                 ]
             )

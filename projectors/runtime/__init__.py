@@ -11,8 +11,10 @@ Its parts, each a module:
 - :mod:`.service`: the :class:`Runtime` that builds the parts and wires them;
 - :mod:`.loop`: poll, two batches in hand, commit, retry;
 - :mod:`.batches`: records in, Redis commands out, replies settled (no Kafka client);
-- :mod:`.sessions`: the cached per-session states and the link to Redis;
-- :mod:`.rebuilds`: sessions rebuilt from the topic (gaps, ``dsh replay``);
+- :mod:`.sessions`: the cached per-session states, what a failed batch leaves to check in
+  Redis, and the link to Redis;
+- :mod:`.rebuilds`: sessions rebuilt from the topic (gaps, failovers, ``dsh replay``);
+- :mod:`.handover`: a failover's mend handed on, through Redis, to a partition's next owner;
 - :mod:`.poison`: dead letters and the commands that block their session;
 - :mod:`.ownership`: partitions assigned and revoked;
 - :mod:`.watch`: the sentinel (Redis lost its data) and the gauges.

@@ -5,6 +5,19 @@ applies batch N; then N's replies are read and settled and N's offsets committed
 committed only after Redis acknowledged the batch (at-least-once delivery; the apply script
 makes it effectively once). A Redis or Kafka error drops both batches uncommitted and applies
 them again, in order, one at a time.
+
+Redis replicates asynchronously: a failover may lose the last writes of sessions whose
+offsets are already committed. A session that receives another event shows a gap; a quiet
+one would not. So after a failed batch the first batch settled (everything planned before
+the failure is in Redis again by then) asks Redis for the sessions the cache believed applied
+(:meth:`.sessions.SessionStore.behind`) and rebuilds those it holds behind. They are written
+down in Redis first (:mod:`.handover`), so that the partition's next owner finishes a mend cut
+short by a revocation or the process's death: it reads them once assigned the partition.
+
+A gap's rebuild scans its partition, which may take longer than Kafka's max.poll.interval.ms.
+Meanwhile the partitions assigned are paused and the consumer is polled at each beat of the
+scan, so the projector stays in its group. A partition revoked then is its next owner's: its
+rebuild is abandoned, and no batch read before the revocation commits it.
 """
 
 from __future__ import annotations
@@ -13,8 +26,9 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import redis
@@ -25,6 +39,7 @@ from projectors.batch_io import Pending
 from projectors.link import WritesRefusedError
 from projectors.records import Record, decode
 from projectors.runtime.batches import Plan, Planner
+from projectors.runtime.handover import Handover
 from projectors.runtime.poison import PoisonRecords
 from projectors.runtime.rebuilds import Rebuilds
 from projectors.runtime.sessions import SessionStore
@@ -43,13 +58,11 @@ log = logging.getLogger("projectors")
 # A batch that meets one of these is applied again from the start, with the one before it:
 # nothing of either was committed, and applying again is harmless. Writes Redis refused for a
 # state of its own (memory full, …) are no gap in a session: a rebuild would be refused too.
-_RETRYABLE = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    WritesRefusedError,
-    KafkaException,
-    PartitionReadError,
-)
+_REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, WritesRefusedError)
+_RETRYABLE = (*_REDIS_ERRORS, KafkaException, PartitionReadError)
+# A take-over of a failover's mend that failed (Redis or Kafka away) is tried again this much
+# later, not at every round of a loop with nothing to apply.
+_TAKE_OVER_RETRY_S = 2.0
 # A synchronous offset commit has no timeout: it waits for the group coordinator. Past this
 # and the grace, the watchdog ends the process rather than let it wait for ever.
 _COMMIT_BOUND_S = 30.0
@@ -65,6 +78,10 @@ class Batch:
     plan: Plan
     pending: Pending
     started: float
+    serial: int  # the loop's revocations when its records were read (see Loop._lost)
+    # Partitions whose gaps were not rebuilt (abandoned, or left to the batch's redo): their
+    # offsets are not committed with this batch.
+    unsettled: set[int] = field(default_factory=set)
 
 
 class Loop(Generic[S]):
@@ -77,6 +94,7 @@ class Loop(Generic[S]):
         planner: Planner[S],
         poison: PoisonRecords,
         rebuilds: Rebuilds[S],
+        handover: Handover,
         watch: RedisWatch,
         stats: Counter[str],
         health: Health,
@@ -88,6 +106,7 @@ class Loop(Generic[S]):
         self.planner = planner
         self.poison = poison
         self.rebuilds = rebuilds
+        self.handover = handover
         self.watch = watch
         self.stats = stats
         self.health = health  # told of each round, and of each retry while Redis is away
@@ -102,6 +121,16 @@ class Loop(Generic[S]):
         # The offset last committed per partition, once this process committed one there.
         self._committed: dict[int, int] = {}
         self._watchdog = CallWatchdog(0)  # off outside run()
+        # Revocations counted, and the count at each partition's last one: a batch whose
+        # records were read before a partition's revocation commits nothing of it.
+        self._revocations = 0
+        self._lost: dict[int, int] = {}
+        # While a rebuild serves the group: the partitions it paused (None otherwise).
+        self._paused: set[int] | None = None
+        self._stopping: threading.Event | None = None  # run()'s stop, while it runs
+        # Partitions whose rebuild a stop cut short: no batch commits them any more (the one
+        # in flight, settled on the way out, would pass the record whose gap was not rebuilt).
+        self._withheld: set[int] = set()
 
     @property
     def consumer(self) -> Consumer | None:
@@ -110,7 +139,8 @@ class Loop(Generic[S]):
 
     def run(self, consumer: Consumer, membership: Membership, stop: threading.Event) -> None:
         """Until ``stop``; the batch in hand is settled and committed before it returns."""
-        self._consumer = consumer
+        self._consumer, self._stopping = consumer, stop
+        self._withheld = set()
         self._watchdog = CallWatchdog(self.settings.stuck_call_grace_s)
         try:
             with young_gc_threshold(self.settings.gc_threshold):
@@ -123,21 +153,27 @@ class Loop(Generic[S]):
                     # they are planned while Redis applies it. Otherwise wait for the next.
                     batch = self._next_batch(consumer, membership, wait=self.inflight is None)
                     self._step(consumer, [m for m in batch if self._usable(m)], stop)
-                    if not batch and self.inflight is None:
+                    # Not past records a rebuild's poll put aside for the next batch, nor
+                    # past those of a rebuild a stop cut short.
+                    idle = not batch and self.inflight is None and not self._redo
+                    if idle and not stop.is_set():
                         self._commit_past_markers(consumer)
                 self._finish_inflight(consumer, wait=True)
         finally:
             self.inflight = None
-            self._consumer = None
+            self._consumer = self._stopping = None
             self._watchdog.close()
             self._watchdog = CallWatchdog(0)
 
-    def process(self, messages: Sequence[Message]) -> None:
+    def process(self, messages: Sequence[Message], serial: int | None = None) -> Batch:
         """Apply one batch from start to finish (nothing else in flight)."""
-        self.settle(self.submit(messages))
+        batch = self.submit(messages, serial)
+        self.settle(batch)
+        return batch
 
-    def submit(self, messages: Sequence[Message]) -> Batch:
-        """Decode, plan against the cached states and submit the batch to Redis."""
+    def submit(self, messages: Sequence[Message], serial: int | None = None) -> Batch:
+        """Decode, plan against the cached states and submit the batch to Redis. ``serial``:
+        the revocations counted when its records were read, if not now."""
         started = time.perf_counter()
         items = [
             decode(m.key(), m.value(), m.partition() or 0, m.offset() or 0, m.headers())
@@ -147,11 +183,15 @@ class Loop(Generic[S]):
         self.store.load(sessions, self.inflight)
         plan = self.planner.plan(items)
         self.poison.deliver(plan.dead)
-        return Batch(messages, sessions, plan, self.store.link.submit(plan.commands), started)
+        pending = self.store.link.submit(plan.commands)
+        serial = self._revocations if serial is None else serial
+        return Batch(messages, sessions, plan, pending, started, serial)
 
-    def settle(self, batch: Batch) -> None:
+    def settle(self, batch: Batch, rebuild: bool = True) -> None:
         """Read the batch's replies and settle them: what Redis refused is counted, rebuilt or
-        blocked; dead letters are delivered. After this its offsets may be committed."""
+        blocked; dead letters are delivered. After this its offsets may be committed, but for
+        its ``unsettled`` partitions: gaps in a partition revoked meanwhile, or all of its gaps
+        if not ``rebuild`` (inside a rebalance callback, where the group cannot be polled)."""
         plan = batch.plan
         results = batch.pending.result()
         if any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
@@ -160,8 +200,15 @@ class Loop(Generic[S]):
             load_all(self.store.client)
             results = self.store.link.round_trip(plan.commands)
         self.planner.settle(plan.queued, results, plan.rebuild)
-        if plan.rebuild:
-            self.rebuilds.rebuild(plan.rebuild, cause="gap")
+        if plan.rebuild and not rebuild:
+            batch.unsettled.update(plan.rebuild)
+        elif plan.rebuild:
+            with self._serving_group():
+                batch.unsettled |= self.rebuilds.rebuild(
+                    plan.rebuild, cause="gap", hold=lambda p: self._hold(p, batch.serial)
+                )
+        if rebuild and self.store.unconfirmed:
+            self._mend_behind()
         self.poison.flush()
         self.store.evict()
         metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - batch.started)
@@ -171,8 +218,88 @@ class Loop(Generic[S]):
                 metrics.EVENTS.labels(self.name, result).inc(n)
                 self._published[result] = self.stats[result]
 
-    def commit(self, consumer: Consumer, messages: Sequence[Message], wait: bool = False) -> None:
-        """Commit the offsets after ``messages`` (applied in Redis by now). Between batches
+    def _mend_behind(self) -> None:
+        """After Redis failed: rebuild the sessions it now holds behind what the cache
+        believed applied (a failover's lost writes), whether or not another event of theirs
+        comes. Only a batch submitted after the reset gets here (a reset fails every batch in
+        hand), so whatever was planned before it is applied again. Kept until done: a failure
+        here retries the batch, and the next one settled asks again. Handed on in Redis
+        before the rebuild (:mod:`.handover`), as nothing else would show a next owner that
+        these sessions are behind: the lost events' offsets are committed."""
+        behind = self.store.behind()
+        if behind:
+            log.warning(
+                "projector %s: Redis holds %d session(s) behind what was applied before it "
+                "failed (writes lost in a failover): rebuilding them from the topic",
+                self.name,
+                sum(map(len, behind.values())),
+            )
+            self.handover.record(behind)
+            # Not cut short by a stop, unlike a gap's rebuild: the stop waits for the mend
+            # rather than leave it to the next owner's scan. What a kill cuts short, or a
+            # revocation abandons, stays handed on.
+            self._mend(behind, stoppable=False)
+        # Here, not in behind(): until the rebuilds are done, a failure retries the batch and
+        # the next one settled asks again.
+        self.store.unconfirmed.clear()
+
+    def _take_over_mends(self) -> None:
+        """Rebuild the sessions whose failover mend a previous owner of the partitions assigned
+        since the last round handed on (:mod:`.handover`): one read per assignment. Nothing
+        else is in hand meanwhile, so a failure leaves no batch's replies unread: the mend is
+        tried again a little later, and the next batch settled checks what the cache held.
+        A stop cuts it short, unlike the mend itself: what is left stays handed on, to
+        whoever is assigned the partitions next (no batch here commits them any more)."""
+        handover = self.handover
+        try:
+            owed = handover.owed()
+            if not owed:
+                return
+            log.warning(
+                "projector %s: taking over the failover mend of %d session(s) in partition(s) "
+                "%s that their previous owner did not finish: rebuilding them from the topic",
+                self.name,
+                sum(map(len, owed.values())),
+                ", ".join(map(str, sorted(owed))),
+            )
+            self._mend(owed, stoppable=True)
+        except _RETRYABLE as exc:
+            log.warning(
+                "projector %s: taking over a failover mend: %s; trying again in %.0f s",
+                self.name,
+                exc,
+                _TAKE_OVER_RETRY_S,
+            )
+            if isinstance(exc, _REDIS_ERRORS):
+                # The link may hold unread replies, and a rebuild caches the states it writes
+                # before the write lands. Not after Kafka's: a scan fails before its rewrite,
+                # a beat's poll between two writes that landed.
+                self.store.reset()
+            handover.postpone(_TAKE_OVER_RETRY_S)
+
+    def _mend(self, sessions: Mapping[int, set[str]], stoppable: bool) -> None:
+        """Rebuild the sessions a failover set back (partition → sessions), each partition
+        leaving the handed-on mend once rebuilt; a partition revoked meanwhile is abandoned,
+        as is every one at a stop if ``stoppable``: what is left stays handed on."""
+        serial = self._revocations  # the partitions revoked so far were forgotten
+        with self._serving_group():
+            self.rebuilds.rebuild(
+                sessions,
+                cause="redis-failover",
+                hold=lambda p: self._hold(p, serial, stoppable),
+                rebuilt=self.handover.settled,
+            )
+
+    def commit(
+        self,
+        consumer: Consumer,
+        messages: Sequence[Message],
+        wait: bool = False,
+        serial: int | None = None,
+        skip: Collection[int] = (),
+    ) -> None:
+        """Commit the offsets after ``messages`` (applied in Redis by now), but of partitions
+        in ``skip`` or revoked since the records were read (``serial``). Between batches
         the commit is not waited for: it only says where a next owner resumes, and the apply
         is idempotent, so a commit that fails or lands late costs a few events applied twice
         (skipped as duplicates), never a wrong read model; its result comes to
@@ -181,6 +308,11 @@ class Loop(Generic[S]):
         ends: dict[int, int] = {}
         for m in messages:
             ends[m.partition() or 0] = max(ends.get(m.partition() or 0, -1), m.offset() or 0)
+        withheld = self._withheld
+        for p in [p for p in ends if p in skip or p in withheld or self._revoked_since(p, serial)]:
+            del ends[p]
+        if not ends:
+            return
         offsets = [TopicPartition(self.topic, p, o + 1) for p, o in ends.items()]
         for p, o in ends.items():
             self._committed[p] = o + 1
@@ -218,21 +350,79 @@ class Loop(Generic[S]):
         if err is not None and err.code() != KafkaError._NO_OFFSET:
             self._commit_failed(err)
 
-    def settle_before_rebalance(self) -> None:
+    def settle_before_rebalance(self, revoked: Collection[int]) -> None:
         """Finish and commit the batch in flight while its partitions are still ours. If that
         fails it is not committed: whoever gets the partitions that go resumes from the last
         commit and applies their records again, harmlessly; the records of the partitions
         that stay go again here first (:meth:`_step`), since the consumer has moved past
-        them and the next commit would pass them by."""
+        them and the next commit would pass them by. Its gaps are not rebuilt here, inside
+        poll(): a partition with one is not committed, and goes again like a failed batch.
+
+        From a rebuild's poll (:meth:`_hold`) nothing is settled: the batches in hand commit
+        none of the ``revoked`` partitions, and a rebuild of one is abandoned."""
         assert self._consumer is not None
+        batch = None if self._paused is not None else self.inflight
         try:
-            self._finish_inflight(self._consumer, wait=True)
+            if batch is not None:
+                self.settle(batch, rebuild=False)
+                self.inflight = None
+                self._redo += [m for m in batch.messages if m.partition() in batch.unsettled]
+                self.commit(self._consumer, batch.messages, True, batch.serial, batch.unsettled)
         except Exception as exc:  # raising here would surface from inside poll()
             log.warning("projector %s: batch in flight at a rebalance: %s", self.name, exc)
             if self.inflight is not None:
                 self._redo += self.inflight.messages
             self.inflight = None
             self.store.reset()  # the link may hold unread replies, the cache be ahead of Redis
+        finally:
+            self._revocations += 1
+            for p in revoked:
+                self._lost[p] = self._revocations
+            if self._paused is not None:
+                self._paused -= set(revoked)
+            self._redo = [m for m in self._redo if m.partition() not in revoked]
+
+    def _revoked_since(self, partition: int, serial: int | None) -> bool:
+        return serial is not None and self._lost.get(partition, 0) > serial
+
+    @contextmanager
+    def _serving_group(self) -> Iterator[None]:
+        """While a rebuild runs: the assigned partitions paused, so that :meth:`_hold` can poll
+        the group for its membership without taking records; resumed after."""
+        consumer = self._consumer
+        if consumer is None or self._paused is not None:
+            yield  # no group (a batch processed by hand), or served already
+            return
+        assigned = consumer.assignment()
+        if assigned:
+            consumer.pause(assigned)
+        self._paused = {tp.partition for tp in assigned}
+        try:
+            yield
+        finally:
+            self._paused = None
+            if owned := consumer.assignment():
+                consumer.resume(owned)
+
+    def _hold(self, partition: int, serial: int, stoppable: bool = True) -> bool:
+        """At a rebuild's beat: serve the group (within max.poll.interval.ms, rebalance
+        callbacks), and say whether ``partition`` is still ours since ``serial`` (and, if
+        ``stoppable``, whether the projector is not stopping)."""
+        consumer, paused = self._consumer, self._paused
+        if consumer is not None and paused is not None:
+            message = consumer.poll(0)
+            # Only a partition assigned since the pause has records to give (one per poll):
+            # they go first in the next batch, as the consumer has moved past them.
+            if message is not None and self._usable(message):
+                self._redo.append(message)
+            added = [tp for tp in consumer.assignment() if tp.partition not in paused]
+            if added:
+                consumer.pause(added)
+                paused.update(tp.partition for tp in added)
+        if stoppable and self._stopping is not None and self._stopping.is_set():
+            self._withheld.add(partition)  # by any batch: whoever runs next rebuilds it
+            return False
+        return not self._revoked_since(partition, serial)
 
     def _next_batch(self, consumer: Consumer, membership: Membership, wait: bool) -> list[Message]:
         """Wait for one record, then take whatever else is already fetched: a quiet topic
@@ -260,21 +450,37 @@ class Loop(Generic[S]):
         that was in flight: Redis applies one batch while Python plans the next."""
         if self._redo:
             messages = [*self._take_redo(consumer), *messages]
+        serial = self._revocations  # before any poll: a take-over's may revoke partitions
         try:
-            batch = self.submit(messages) if messages else None
+            if self.handover.due():  # partitions assigned, maybe a mend handed on with them
+                self._finish_inflight(consumer)
+                self._take_over_mends()
+                messages = self._still_ours(messages, serial)  # its polls may revoke some
+            batch = self.submit(messages, serial) if messages else None
             self._finish_inflight(consumer)
             self.inflight = batch
         except _RETRYABLE as exc:
             # Nothing of the batch in flight nor of this one is committed: both go again, in
             # order, one at a time. The cache may be ahead of Redis, so forget it.
-            redo = [*(self.inflight.messages if self.inflight else ()), *messages]
+            serial = self.inflight.serial if self.inflight else serial
+            redo = self._still_ours(
+                [*(self.inflight.messages if self.inflight else ()), *messages], serial
+            )
             self.inflight = None
             self.store.reset()
             if stop.is_set() or not redo:
                 raise
             log.warning("projector %s: %s; retrying %d records", self.name, exc, len(redo))
-            self._process_until_done(redo, stop)
-            self.commit(consumer, redo)
+            done = self._process_until_done(redo, stop, serial)
+            self.commit(consumer, redo, serial=serial, skip=done.unsettled)
+
+    def _still_ours(self, messages: list[Message], serial: int) -> list[Message]:
+        """``messages`` but those of partitions revoked since ``serial``: their next owner's
+        to apply. Submitted, they would load their sessions back into a cache that forgot
+        them (a later failover's mend could then set back what the next owner applied)."""
+        if self._revocations == serial:
+            return messages
+        return [m for m in messages if not self._revoked_since(m.partition() or 0, serial)]
 
     def _take_redo(self, consumer: Consumer) -> list[Message]:
         """The records of a batch that failed at a rebalance, of the partitions still ours
@@ -288,15 +494,18 @@ class Loop(Generic[S]):
         if batch is not None:
             self.settle(batch)
             self.inflight = None
-            self.commit(consumer, batch.messages, wait)
+            self.commit(consumer, batch.messages, wait, batch.serial, batch.unsettled)
 
-    def _process_until_done(self, messages: list[Message], stop: threading.Event) -> None:
+    def _process_until_done(
+        self, messages: list[Message], stop: threading.Event, serial: int
+    ) -> Batch:
         delay = 0.1
         while True:
             try:
-                self.process(messages)
+                messages = self._still_ours(messages, serial)  # a rebuild's poll may revoke
+                batch = self.process(messages, serial)
                 self.writes_failing = None
-                return
+                return batch
             except _RETRYABLE as exc:
                 self.writes_failing = f"{type(exc).__name__}: {exc}"
                 self.health.beat()  # waiting for Redis is progress: a restart would not help

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from projectors import metrics
 from projectors.marks import Marks
+from projectors.runtime.handover import Handover
 from projectors.runtime.sessions import SessionStore
 
 log = logging.getLogger("projectors")
@@ -40,17 +41,20 @@ class Ownership:
         marks: Marks,
         store: SessionStore[Any],
         stats: Counter[str],
-        settle: Callable[[], None],
+        settle: Callable[[set[int]], None],
         consumer: Callable[[], Consumer | None],
+        handover: Handover,
     ) -> None:
-        """``settle``: finish and commit the batch in flight, before partitions go;
-        ``consumer``: the one the partitions come to (None outside the loop)."""
+        """``settle(partitions)``: finish and commit the batch in flight, before they go;
+        ``consumer``: the one the partitions come to (None outside the loop); ``handover``:
+        told of the partitions that come and go, whose failover mends it hands on."""
         self.name = name
         self.marks = marks
         self.store = store
         self.stats = stats
         self.settle = settle
         self.consumer = consumer
+        self.handover = handover
         self._owned: set[int] = set()
 
     @property
@@ -89,6 +93,8 @@ class Ownership:
             log.warning("projector %s: on assign, committing their start: %s", self.name, exc)
         self.stats["partitions_assigned"] += len(partitions)
         self._owned.update(tp.partition for tp in partitions)
+        # Read by the loop's next round, not here inside poll(): a Redis error is tried again.
+        self.handover.assigned(tp.partition for tp in partitions)
         metrics.PARTITIONS.labels(self.name).set(len(self._owned))
         # Explicitly: offsets set on the callback's list are ignored unless assigned so.
         return partitions
@@ -96,8 +102,9 @@ class Ownership:
     def revoke(self, partitions: list[TopicPartition]) -> None:
         # Lost (membership expired) too: the batch in flight is still applied (harmless, the
         # apply is idempotent) but its offsets are refused; the next owner applies it again.
-        self.settle()
+        self.settle({tp.partition for tp in partitions})
         self.store.forget_partitions({tp.partition for tp in partitions})
+        self.handover.revoked({tp.partition for tp in partitions})
         self.stats["partitions_revoked"] += len(partitions)
         for tp in partitions:
             self._owned.discard(tp.partition)

@@ -1,5 +1,6 @@
-"""Sessions rebuilt from the topic: after a gap (Redis lost a session's state), and for
-``dsh replay`` (:mod:`projectors.replay`), which also catches rebuilt sessions up.
+"""Sessions rebuilt from the topic: after a gap (Redis lost a session's state), after Redis
+failed and came back behind what was applied (:mod:`.loop`), and for ``dsh replay``
+(:mod:`projectors.replay`), which also catches rebuilt sessions up.
 
 A rebuild plans the session's whole log as the live path does, folds the ops into the keys'
 final contents (:class:`~projectors.fold.Image`) and writes them in one MULTI per session, so
@@ -38,6 +39,10 @@ log = logging.getLogger("projectors")
 MARK_TTL_S = 600
 
 
+class _Revoked(Exception):
+    """The partition being rebuilt was revoked: its rebuild stops where it is."""
+
+
 class Rebuilds(Generic[S]):
     def __init__(
         self,
@@ -63,10 +68,26 @@ class Rebuilds(Generic[S]):
         # its partition from the start, which may take longer than the stall bound.
         self.beat = beat
 
-    def rebuild(self, sessions: Mapping[int, set[str]], cause: str) -> None:
+    def rebuild(
+        self,
+        sessions: Mapping[int, set[str]],
+        cause: str,
+        hold: Callable[[int], bool] | None = None,
+        rebuilt: Callable[[int, set[str]], None] | None = None,
+    ) -> set[int]:
         """Replace each session's keys (partition → sessions) with a projection of its whole
-        log, atomically."""
+        log, atomically. ``hold(partition)`` is asked before a partition's rebuild and at each
+        beat of it: it may serve the consumer group meanwhile, and says whether the partition
+        is still this process's to write. Once it says no, nothing more of that partition is
+        written (its next owner may already apply later events, which a rewrite from an older
+        scan would set back). Returns the partitions abandoned so. ``rebuilt(partition,
+        sessions)`` is told of each partition whose sessions are all rewritten."""
+        abandoned: set[int] = set()
         for partition, sids in sessions.items():
+            if hold is not None and not hold(partition):
+                abandoned.add(partition)
+                self._abandoned(partition)
+                continue
             for sid in sorted(sids):
                 log.info(
                     "projector %s: rebuilding session %s from the topic (%s)",
@@ -75,9 +96,37 @@ class Rebuilds(Generic[S]):
                     cause,
                     extra={"session": sid, "partition": partition, "cause": cause},
                 )
-            with self.marked(sids, cause):
-                logs = read_sessions(self.kafka, self.topic, partition, sids, beat=self.beat)
-                self.rebuild_logs(logs, cause)
+            beat = self.beat if hold is None else self._held_beat(partition, hold)
+            try:
+                with self.marked(sids, cause):
+                    logs = read_sessions(self.kafka, self.topic, partition, sids, beat=beat)
+                    self.rebuild_logs(logs, cause, beat=beat)
+                if rebuilt is not None:
+                    rebuilt(partition, sids)
+            except _Revoked:
+                abandoned.add(partition)
+                self._abandoned(partition)
+                log.info(
+                    "projector %s: partition %d revoked while rebuilding %d session(s) of it, "
+                    "or the projector stopping: left to whoever applies it next",
+                    self.name,
+                    partition,
+                    len(sids),
+                    extra={"partition": partition, "cause": cause},
+                )
+        return abandoned
+
+    def _abandoned(self, partition: int) -> None:
+        self.stats["rebuilds_abandoned"] += 1
+        metrics.REBUILDS_ABANDONED.labels(self.name).inc()
+
+    def _held_beat(self, partition: int, hold: Callable[[int], bool]) -> Callable[[], None]:
+        def beat() -> None:
+            self.beat()
+            if not hold(partition):
+                raise _Revoked(partition)
+
+        return beat
 
     @contextmanager
     def marked(self, sids: Collection[str], cause: str) -> Iterator[None]:
@@ -133,7 +182,11 @@ class Rebuilds(Generic[S]):
         self.poison.flush()  # what planning refused (an invalid world) was dead-lettered
 
     def rebuild_logs(
-        self, logs: Mapping[str, Sequence[Record | Poison]], cause: str, chunk: int = 20_000
+        self,
+        logs: Mapping[str, Sequence[Record | Poison]],
+        cause: str,
+        chunk: int = 20_000,
+        beat: Callable[[], None] | None = None,
     ) -> int:
         """Project each session's whole log into its keys, one MULTI per session so a reader
         sees the old projection or the new one, never a mix; many sessions per round trip.
@@ -153,7 +206,7 @@ class Rebuilds(Generic[S]):
             if len(batch) >= chunk:
                 raise_errors(link.round_trip(batch))
                 batch = []
-                self.beat()
+                (beat or self.beat)()
         if batch:
             raise_errors(link.round_trip(batch))
         return applied

@@ -18,6 +18,7 @@ from projectors.marks import Marks
 from projectors.projection import Projection
 from projectors.records import Poison, Record
 from projectors.runtime.batches import Planner
+from projectors.runtime.handover import Handover
 from projectors.runtime.loop import Loop
 from projectors.runtime.ownership import Ownership
 from projectors.runtime.poison import PoisonRecords
@@ -74,6 +75,7 @@ class Runtime(Generic[S]):
             self.stats,
             self.health.beat,
         )
+        self.handover = Handover(self.name, self.keys, self.store)
         self.marks = Marks(client, self.keys, self.name, self.instance)
         self.watch = RedisWatch(
             self.name, settings.sentinel_interval_s, self.marks, self.store, self.stats
@@ -89,6 +91,7 @@ class Runtime(Generic[S]):
             self.planner,
             self.poison,
             self.rebuilds,
+            self.handover,
             self.watch,
             self.stats,
             self.health,
@@ -100,6 +103,7 @@ class Runtime(Generic[S]):
             self.stats,
             self.loop.settle_before_rebalance,
             lambda: self.loop.consumer,
+            self.handover,
         )
         load_all(client)
 
@@ -136,6 +140,7 @@ class Runtime(Generic[S]):
             group_id,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            max_poll_interval_ms=self.settings.max_poll_interval_ms,
             instance_id=(
                 f"{self.settings.instance_id}-{self.name}" if self.settings.instance_id else None
             ),

@@ -8,17 +8,22 @@ an entry is always safe: it costs a read.
 A blocked session is the exception: its events are never sent, so Redis never gets to say that
 another process (``dsh replay``) unblocked it. Before each batch that holds its events the
 blocked set is asked again, and an entry no longer in it is read back like a miss.
+
+When a batch fails (Redis away) the cache is dropped, but what it believed applied is
+remembered (:attr:`SessionStore.unconfirmed`) until the runtime asks Redis (:meth:`behind`):
+a failover to a replica that had not received the last writes leaves those sessions behind,
+and a quiet one would never show a gap.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from projectors.batch_io import Link, Pending, RedisClient, batch_io, pipelined
-from projectors.projection import Projection
+from projectors.projection import Projection, as_int
 
 S = TypeVar("S")
 
@@ -49,6 +54,9 @@ class SessionStore(Generic[S]):
         self.cache: OrderedDict[str, Entry[S]] = OrderedDict()
         self.link: Link = batch_io(client)  # one Redis, or batches split by slot over a cluster
         self.blocked_key = projection.keys.blocked(projection.name)
+        # Session → (partition, applied seq) the cache believed when it was last reset, not
+        # confirmed in Redis since: bounded by the cache, the sessions recently applied.
+        self.unconfirmed: dict[str, tuple[int, int]] = {}
 
     def load(self, sessions: Mapping[str, int], inflight: InFlight | None = None) -> None:
         """Make sure every session (→ its partition) is cached; the ones held move to the end."""
@@ -106,17 +114,51 @@ class SessionStore(Generic[S]):
             sid for sid, e in cache.items() if e.partition in partitions or e.partition < 0
         ]:
             del cache[sid]
+        unconfirmed = self.unconfirmed
+        for sid in [sid for sid, (p, _) in unconfirmed.items() if p in partitions]:
+            del unconfirmed[sid]
 
     def reset(self) -> None:
-        """After a failed batch: the link may hold unread replies, the cache be ahead of Redis."""
+        """After a failed batch: the link may hold unread replies, the cache be ahead of Redis.
+        What it believed applied joins :attr:`unconfirmed` (the higher seq of a session wins:
+        after a second failure the cache holds only what was read back since the first)."""
+        applied_of, unconfirmed = self.projection.applied, self.unconfirmed
+        for sid, entry in self.cache.items():
+            applied = applied_of(entry.state)
+            # A blocked one too: a failover may have lost its block with its last writes, and
+            # a rebuild blocks it again at its poison record.
+            if entry.partition < 0 or applied < 0:
+                continue
+            known = unconfirmed.get(sid)
+            if known is None or known[1] < applied:
+                unconfirmed[sid] = (entry.partition, applied)
         self.link.reset()
         self.cache.clear()
+
+    def behind(self) -> dict[int, set[str]]:
+        """The sessions of :attr:`unconfirmed` Redis holds behind what the cache believed,
+        partition → sessions, but those blocked: one pipelined read. Meaningful once every
+        batch planned before the reset was applied again (the runtime's next batch settled)."""
+        sids = list(self.unconfirmed)
+        if not sids:
+            return {}
+        meta, name = self.projection.keys.meta, self.projection.name
+        replies = pipelined(
+            self.client, [("HMGET", meta(name, sid), "applied", "blocked") for sid in sids]
+        )
+        out: dict[int, set[str]] = defaultdict(set)
+        for sid, (applied, blocked) in zip(sids, replies, strict=True):
+            partition, believed = self.unconfirmed[sid]
+            if blocked is None and as_int(applied, -1) < believed:
+                out[partition].add(sid)
+        return dict(out)
 
     def reconnect(self) -> None:
         """In a forked process: Redis through connections of its own (redis-py's pool resets
         itself in a new process; the link's connection is the parent's)."""
         self.link = batch_io(self.client)
         self.cache.clear()
+        self.unconfirmed.clear()
 
     def close(self) -> None:
         self.link.close()

@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from pydantic import SecretStr
 
 import dsh
@@ -24,6 +25,7 @@ from servicekit.partitioning import PRODUCER_PARTITIONER
 from servicekit.settings import KafkaSettings, RedisSettings
 from tests.support.builders import assistant, system, text, tool_call, tool_result, user
 from tests.support.processes import CliProcess
+from tests.support.waiting import wait_for
 
 CLOCK_MS = 1_700_000_000_000
 OFFLOAD = "interpreters.image_offload:offload_images"
@@ -249,3 +251,77 @@ def projectors_running(
         stop.set()
         for t in threads:
             t.join(30)
+
+
+def caught_up(client: Any, last: Mapping[str, int], projections: Iterable[str]) -> bool:
+    """Every projection applied each session up to its seq (one Redis or a cluster)."""
+    from tests.support.read_models import applied
+
+    return all(applied(client, p, sid) == want for sid, want in last.items() for p in projections)
+
+
+def quiet_session_set_back(
+    kafka: KafkaSettings,
+    client: Any,
+    redis_url: str,
+    fault: Callable[[dict[str, Any]], AbstractContextManager[None]],
+    cluster: bool = False,
+) -> tuple[dsh.Session, int]:
+    """A failover to a replica that missed a quiet session's last events, under running
+    projectors. Every projection of the session is set back to a DUMP taken at an earlier seq
+    M (RESTORE ... REPLACE, and DEL of a key that did not exist yet), then Redis fails for the
+    projectors (``fault(runtimes)``, entered and left around the first of two waves of other
+    sessions' events; the second is published once the first is applied). The quiet session
+    gets nothing more. Returns it and M, after the second wave was applied."""
+    projections = ("surface", "transcript", "audit")
+    quiet = simple_session("quiet", turns=4)
+    busy = [simple_session(f"busy-{i}", turns=4) for i in range(4)]
+    events = events_of(quiet)
+    earlier = len(events) // 2 - 1
+    with projectors_running(kafka, redis_url, cluster=cluster) as runtimes:
+        publish(kafka, events[: earlier + 1])
+        wait_for(partial(caught_up, client, {quiet.id: earlier}, projections), what="seq M")
+        keys = [k for rt in runtimes.values() for k in rt.projection.all_keys(quiet.id)]
+        dumps = {key: client.dump(key) for key in keys}  # None: no such key at seq M
+        publish(kafka, events[earlier + 1 :])
+        last = {quiet.id: len(quiet) - 1}
+        wait_for(partial(caught_up, client, last, projections), what="the quiet session")
+
+        # The projectors' cache still holds the session at its last seq; nothing reads it.
+        set_back(client, dumps)
+        assert caught_up(client, {quiet.id: earlier}, projections), "not set back to seq M"
+        half = len(busy[0]) // 2
+        for number, wave in enumerate((slice(0, half), slice(half, None))):
+            with fault(runtimes) if number == 0 else nullcontext():
+                publish(kafka, [(s.id, e.to_json()) for s in busy for e in s.events()[wave]])
+            last = {s.id: s.events()[wave][-1].seq for s in busy}
+            wait_for(partial(caught_up, client, last, projections), what="the busy sessions")
+    return quiet, earlier
+
+
+def set_back(client: Any, dumps: Mapping[str, bytes | None]) -> None:
+    """Each key back to its DUMP (RESTORE ... REPLACE), or deleted if it had none (None): what
+    a failover to a replica that missed the writes since the DUMPs leaves."""
+    for key, dumped in dumps.items():
+        if dumped is None:
+            client.delete(key)
+        else:
+            client.restore(key, 0, dumped, replace=True)
+
+
+def group_lag(kafka: KafkaSettings, group: str, partitions: int) -> dict[int, int]:
+    """End offset minus the group's committed offset, per partition that holds anything (as
+    ``kafka-consumer-groups`` computes lag)."""
+    topic = kafka.topic("events")
+    probe = Consumer({**kafka.client_config(), "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        committed = {tp.partition: tp.offset for tp in probe.committed(tps, timeout=10)}
+        lag = {}
+        for p in range(partitions):
+            _, end = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if end > 0:
+                lag[p] = end - committed[p]
+        return lag
+    finally:
+        probe.close()

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
-
 from projectors.views import Views
 from servicekit.settings import KafkaSettings
 from tests.conftest import TEST_PARTITIONS, Servers
 from tests.integration.projector_support import (
     events_of,
+    group_lag,
     projectors_running,
     publish,
     simple_session,
@@ -22,23 +21,6 @@ from tests.support.processes import run_dsh
 from tests.support.waiting import wait_for
 
 PROJECTIONS = ("surface", "transcript", "audit")
-
-
-def _lag(kafka: KafkaSettings, group: str) -> dict[int, int]:
-    """End offset minus committed offset, per partition that holds anything."""
-    topic = kafka.topic("events")
-    probe = Consumer({**kafka.client_config(), "group.id": group, "enable.auto.commit": False})
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(TEST_PARTITIONS)]
-        committed = {tp.partition: tp.offset for tp in probe.committed(partitions, timeout=10)}
-        lag = {}
-        for p in range(TEST_PARTITIONS):
-            _, end = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if end > 0:
-                lag[p] = end - committed[p]
-        return lag
-    finally:
-        probe.close()
 
 
 def test_caught_up_projectors_read_lag_0_in_kafkas_own_terms(
@@ -56,10 +38,10 @@ def test_caught_up_projectors_read_lag_0_in_kafkas_own_terms(
             group = f"{group_prefix}-{projection}"
 
             def at_zero(group: str = group) -> bool:
-                return set(_lag(topics, group).values()) == {0}
+                return set(group_lag(topics, group, TEST_PARTITIONS).values()) == {0}
 
             wait_for(at_zero, 30, f"the {projection} group's lag to read 0")
-        lags = {p: _lag(topics, f"{group_prefix}-{p}") for p in PROJECTIONS}
+        lags = {p: group_lag(topics, f"{group_prefix}-{p}", TEST_PARTITIONS) for p in PROJECTIONS}
         # And as Kafka's own tool says it (`kafka-consumer-groups.sh --describe`).
         described = {p: _described_lag(topics, f"{group_prefix}-{p}") for p in PROJECTIONS}
     assert all(lag and set(lag.values()) == {0} for lag in lags.values()), lags

@@ -236,21 +236,21 @@ def test_the_next_batch_is_submitted_while_redis_applies_the_last_and_commits_wa
     replies_of: dict[tuple[int, int], Any] = {}  # (partition, offset) → its batch's replies
     submit_batch = runtime.loop.submit
 
-    def recording_submit(messages: list[Message]) -> Any:
-        batch = submit_batch(messages)
+    def recording_submit(messages: list[Message], serial: int | None = None) -> Any:
+        batch = submit_batch(messages, serial)
         replies_of.update(((m.partition() or 0, m.offset() or 0), batch.pending) for m in messages)
         return batch
 
     unacknowledged: list[tuple[str, int, int]] = []  # committed before Redis answered
     commit = runtime.loop.commit
 
-    def checking_commit(consumer: Any, messages: list[Message], wait: bool = False) -> None:
+    def checking_commit(consumer: Any, messages: list[Message], *how: Any, **more: Any) -> None:
         for m in messages:
             if not replies_of[(m.partition() or 0, m.offset() or 0)].done:
                 unacknowledged.append(
                     ((m.key() or b"").decode(), m.partition() or 0, m.offset() or 0)
                 )
-        commit(consumer, messages, wait)
+        commit(consumer, messages, *how, **more)
 
     monkeypatch.setattr(runtime.link, "submit", counting_submit)
     monkeypatch.setattr(runtime.loop, "submit", recording_submit)

@@ -12,6 +12,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+from projectors.keys import Keys
+from projectors.runtime.handover import Handover
 from projectors.runtime.ownership import Ownership
 
 TOPIC = "t.events"
@@ -52,7 +54,8 @@ class _Marks:
 def _ownership(world: _World, held: set[int]) -> Ownership:
     marks: Any = _Marks(world, held)
     consumer = _Consumer(world)
-    return Ownership("surface", marks, None, Counter(), lambda: None, lambda: consumer)  # type: ignore[arg-type, return-value]
+    handover = Handover("surface", Keys(), None)  # type: ignore[arg-type]
+    return Ownership("surface", marks, None, Counter(), lambda _: None, lambda: consumer, handover)  # type: ignore[arg-type, return-value]
 
 
 def test_the_start_of_a_partition_redis_lost_is_committed_before_it_is_marked() -> None:

@@ -17,7 +17,7 @@ def test_every_counter_series_an_alert_reads_is_exposed_at_zero_from_the_start()
     metrics.expose(projector)
     for result in ("applied", "duplicate", "gap", "blocked", "poison"):
         assert _value("dsh_projector_events_total", projector=projector, result=result) == 0.0
-    for cause in ("gap", "redis-lost", "replay"):
+    for cause in ("gap", "redis-lost", "redis-failover", "replay"):
         assert _value("dsh_projector_rebuilds_total", projector=projector, cause=cause) == 0.0
     assert _value("dsh_projector_offset_commit_failures_total", projector=projector) == 0.0
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Message, TopicPartition
 
+from projectors.keys import Keys
+from projectors.runtime.handover import Handover
 from projectors.runtime.loop import Loop
 
 TOPIC = "events"
@@ -53,8 +55,10 @@ def _loop(monkeypatch: pytest.MonkeyPatch, consumer: _Consumer) -> tuple[Any, _C
     calls = _Calls()
     loop.name, loop.store, loop._redo, loop._consumer = "surface", _Store(), [], consumer
     loop.inflight = None
+    loop._paused, loop._revocations, loop._lost = None, 0, {}
+    loop.handover = Handover("surface", Keys(), loop.store)  # nothing handed on: no I/O
 
-    def submit(messages: list[Message]) -> _Batch:
+    def submit(messages: list[Message], serial: int | None = None) -> _Batch:
         calls.submitted.append(list(messages))
         return _Batch(list(messages))
 
@@ -71,11 +75,11 @@ def test_the_records_of_a_batch_that_failed_at_a_rebalance_go_again_for_the_kept
     failed = [_record(0, 10), _record(1, 20), _record(0, 11)]
     loop.inflight = _Batch(failed)
 
-    def redis_gone(consumer: Any, wait: bool = False) -> None:
+    def redis_gone(batch: Any, rebuild: bool = True) -> None:
         raise ConnectionError("Redis went away")
 
-    monkeypatch.setattr(loop, "_finish_inflight", redis_gone)
-    loop.settle_before_rebalance()
+    monkeypatch.setattr(loop, "settle", redis_gone)
+    loop.settle_before_rebalance({1})
     assert loop.inflight is None and loop.store.resets == 1  # the cache may be ahead of Redis
 
     consumer.owned = [0]  # partition 1 was revoked: its next owner applies offset 20

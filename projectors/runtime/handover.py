@@ -1,0 +1,90 @@
+"""A failover's mend handed on through Redis, to whoever owns the partition next.
+
+A failover may lose a quiet session's last writes while its offsets stay committed: the
+projector that applied them finds it behind once Redis takes a batch again, and rebuilds it
+(:meth:`.loop.Loop._mend_behind`). Should the partition go to another instance during that
+rebuild (it is abandoned then), or the process die, nothing would ever show the next owner
+that the session is behind. So the sessions found behind are written down first, in a set
+per partition (:meth:`projectors.keys.Keys.mend`), and each leaves it once rebuilt. Whoever
+is assigned the partition next reads the set once and rebuilds what is still in it. A rebuild
+from the topic is idempotent: one done twice (finished, but the process died before saying
+so) costs a scan and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from projectors.batch_io import pipelined
+from projectors.keys import Keys
+from projectors.link import raise_errors
+from projectors.runtime.sessions import SessionStore
+
+
+class Handover:
+    def __init__(self, name: str, keys: Keys, store: SessionStore[Any]) -> None:
+        self.name = name
+        self.keys = keys
+        self.store = store  # its client and link, which a forked process replaces
+        # Assigned since the last read: the rebalance callback only notes them, the loop
+        # reads their sets at its next round, so a Redis error there is tried again.
+        self._unread: set[int] = set()
+        self._owed: dict[int, set[str]] = {}  # read, not rebuilt yet
+        self._not_before = 0.0  # after a failed take-over, its next try
+
+    def assigned(self, partitions: Iterable[int]) -> None:
+        self._unread.update(partitions)
+
+    def revoked(self, partitions: Collection[int]) -> None:
+        """What is left of them is their next owner's to read."""
+        self._unread.difference_update(partitions)
+        for partition in partitions:
+            self._owed.pop(partition, None)
+
+    def due(self) -> bool:
+        """Something to read or to rebuild, and not right after a failed try: no I/O, asked
+        every round."""
+        return bool(self._unread or self._owed) and time.monotonic() >= self._not_before
+
+    def postpone(self, delay_s: float) -> None:
+        self._not_before = time.monotonic() + delay_s
+
+    def owed(self) -> dict[int, set[str]]:
+        """Partition → the sessions handed on to this process, not rebuilt yet: the sets of
+        the partitions assigned since the last call are read (one round trip)."""
+        unread = sorted(self._unread)
+        if unread:
+            key = self.keys.mend
+            replies = pipelined(
+                self.store.client, [("SMEMBERS", key(self.name, p)) for p in unread]
+            )
+            for partition, members in zip(unread, replies, strict=True):
+                if members:
+                    self._owed.setdefault(partition, set()).update(map(_text, members))
+            self._unread.difference_update(unread)
+        return {partition: set(sids) for partition, sids in self._owed.items()}
+
+    def record(self, behind: Mapping[int, Collection[str]]) -> None:
+        """Hand ``behind`` (partition → sessions) on, before their rebuild starts."""
+        key = self.keys.mend
+        commands = [("SADD", key(self.name, p), *sorted(s)) for p, s in behind.items() if s]
+        if commands:
+            raise_errors(self.store.link.round_trip(commands))
+
+    def settled(self, partition: int, sids: Collection[str]) -> None:
+        """``sids`` of ``partition`` are rebuilt: no one owes them any more."""
+        if not sids:
+            return
+        key = self.keys.mend(self.name, partition)
+        raise_errors(self.store.link.round_trip([("SREM", key, *sorted(sids))]))
+        owed = self._owed.get(partition)
+        if owed is not None:
+            owed.difference_update(sids)
+            if not owed:
+                del self._owed[partition]
+
+
+def _text(member: bytes | str) -> str:
+    return member.decode() if isinstance(member, bytes) else member

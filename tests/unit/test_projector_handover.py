@@ -1,0 +1,48 @@
+"""A failover's mend handed on through Redis (``Handover``): what it writes when a mend starts
+and as it ends, and that a partition assigned costs one read, at the loop's next round, not one
+per batch. Redis is a stand-in that records the commands sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from projectors.keys import Keys
+from projectors.runtime.handover import Handover
+from tests.support.mend_redis import MendRedis
+
+
+@dataclass
+class _Store:
+    client: MendRedis
+    link: MendRedis
+
+
+def handover(redis: MendRedis) -> Handover:
+    return Handover("surface", Keys(), _Store(redis, redis))  # type: ignore[arg-type]
+
+
+def test_a_mend_is_written_down_before_it_starts_and_each_partition_leaves_once_rebuilt() -> None:
+    redis = MendRedis()
+    h = handover(redis)
+    h.record({0: {"b", "a"}, 3: {"c"}})
+    assert redis.trips == [
+        [("SADD", "dsh:mend:surface:0", "a", "b"), ("SADD", "dsh:mend:surface:3", "c")]
+    ]
+    h.settled(0, {"a", "b"})
+    assert redis.trips[-1] == [("SREM", "dsh:mend:surface:0", "a", "b")]
+    assert redis.sets == {"dsh:mend:surface:0": set(), "dsh:mend:surface:3": {b"c"}}
+
+
+def test_partitions_assigned_are_read_once_at_the_next_round_and_what_goes_is_left() -> None:
+    redis = MendRedis(sets={"dsh:mend:surface:1": {b"s-1"}, "dsh:mend:surface:2": {b"s-2"}})
+    h = handover(redis)
+    assert not h.due()  # nothing assigned: a round asks nothing of Redis
+    h.assigned([0, 1, 2])
+    assert h.due() and not redis.trips  # noted inside poll(), read later
+    assert h.owed() == {1: {"s-1"}, 2: {"s-2"}}
+    assert len(redis.trips) == 1  # one round trip for the three partitions
+    h.revoked({2})  # its next owner reads what is left of it
+    assert h.owed() == {1: {"s-1"}} and len(redis.trips) == 1  # not read again
+    h.settled(1, {"s-1"})
+    assert not h.due() and h.owed() == {}
+    assert redis.sets["dsh:mend:surface:2"] == {b"s-2"}
