@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test check setup test-tools down clean
+.PHONY: demo test check floors setup test-tools down clean
 
 # uv installs the packages: the same resolution as pip's, in a third of pip's time (its cache,
 # ~/.cache/uv, serves the next clone). Compiled to bytecode as pip does: where
@@ -95,6 +95,19 @@ PYTEST_WORKERS ?= 3
 test: setup test-tools check
 	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not soak"
 	$(BIN)/pytest -m soak
+	$(MAKE) -s floors
+
+# The unit tests again at the lowest versions pyproject.toml allows (uv's lowest-direct
+# resolution, in a venv of its own): code that starts using a newer library's API fails here,
+# not on a user's machine that has the older one. Only the native readers are shared (built
+# by the main venv's Cython).
+FLOORS_VENV := .state/floors-venv
+floors: $(STAMP) $(NATIVE_STAMP)
+	rm -rf $(FLOORS_VENV) && $(PYTHON) -m venv $(FLOORS_VENV)
+	UV_NATIVE_TLS=1 $(if $(PIP_INDEX_URL),UV_INDEX_URL='$(PIP_INDEX_URL)') \
+	  $(BIN)/uv pip install -q --python $(FLOORS_VENV)/bin/python --resolution lowest-direct \
+	  -e '.[dev]'
+	$(FLOORS_VENV)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
 down: $(STAMP)
 	$(BIN)/dsh down
