@@ -131,10 +131,12 @@ def test_a_read_during_a_rebuild_waits_for_it_and_says_so_when_it_outlasts_the_b
     # A rebuild that ends within the bound is waited for: the read answers after it.
     marks = runtime.rebuilds.marked([session.id], "test")
     marks.__enter__()
+    # Timed from before the timer starts: a pause of this thread between the two would
+    # otherwise be taken off the wait the read really made.
+    started = time.monotonic()
     ended = threading.Timer(0.3, marks.__exit__, (None, None, None))
     ended.start()
     try:
-        started = time.monotonic()
         assert views.surface(session.id, timeout_s=30).applied == len(session) - 1
         assert time.monotonic() - started >= 0.25
     finally:

@@ -175,7 +175,8 @@ def test_a_wrong_kafka_password_fails_fast_with_a_typed_error(
     with pytest.raises(KafkaAuthenticationError) as refused:
         SessionClient(settings=kafka, timeout=30)
     client_s = time.monotonic() - started
-    assert client_s < 5, f"the client took {client_s:.1f}s to report the refused login"
+    # Seconds, not the 30 s of a transport failure (the bound leaves a loaded machine room).
+    assert client_s < 15, f"the client took {client_s:.1f}s to report the refused login"
     assert refused.value.code == "KAFKA_AUTHENTICATION"
     assert SERVICE_USER in refused.value.message and "SCRAM-SHA-512" in refused.value.message
     assert wrong.get_secret_value() not in refused.value.message

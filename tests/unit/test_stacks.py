@@ -25,7 +25,7 @@ def waiting_in_a_helper_thread():
 
 def waiting_in_the_main_thread():
     print("ready", flush=True)
-    time.sleep(3)
+    sys.stdin.readline()  # until the test has sent the signal, however late that is
     print("still running", flush=True)
 
 dump_stacks_on_signal()
@@ -38,6 +38,7 @@ def test_the_signal_dumps_every_threads_stack_and_the_process_goes_on() -> None:
     process = subprocess.Popen(
         [sys.executable, "-c", _PROGRAM],
         cwd=REPO,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -45,9 +46,9 @@ def test_the_signal_dumps_every_threads_stack_and_the_process_goes_on() -> None:
     try:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "ready"
-        time.sleep(0.2)  # into the sleep
         process.send_signal(DUMP_SIGNAL)
-        out, err = process.communicate(timeout=30)
+        # The dump is written from the signal handler, before the process reads on.
+        out, err = process.communicate("go on\n", timeout=30)
     finally:
         process.kill()
     assert process.returncode == 0, err
