@@ -36,7 +36,7 @@ from tests.docs_blocks import (
     commands,
     is_benchmark,
 )
-from tests.unit.test_deploy_manifests import K8S, k8s_objects, load_yaml
+from tests.unit.test_deploy_manifests import K8S, exported_metrics, k8s_objects, load_yaml
 
 README_LIMIT = 12 * 1024
 # Named in docs/deploy.md as what Kubernetes would inject, and the settings would refuse.
@@ -105,7 +105,8 @@ def test_make_demo_is_setup_then_the_demo_once_the_venv_is_built() -> None:
 
 
 # What a fresh Debian system has (its essential packages, the shell's builtins) or the venv.
-BASE_PROGRAMS = {"[", "command", "echo", "exit", "fi", "id", "mkdir", "mv", "rm", "touch"}
+# (make itself: the README's commands are make targets.)
+BASE_PROGRAMS = {"[", "command", "echo", "exit", "fi", "id", "make", "mkdir", "mv", "rm", "touch"}
 # The programs the README's prerequisites name, by the words it names them with.
 PREREQUISITE_WORDS = {"python3": "Python", "apt-get": "`apt-get`"}
 
@@ -125,7 +126,8 @@ def _programs(line: str) -> set[str]:
     unquoted = re.sub(r""""[^"]*"|'[^']*'""", "''", line)
     for part in re.split(r"&&|\|\||[;|()!]|\b(?:if|then|else)\b", unquoted):
         words = [w for w in part.split() if not re.fullmatch(r"[A-Z_]+=\S*", w)]
-        if words and not words[0].startswith((".venv/", "'", ">")):
+        # The venvs are the Makefile's own (.venv/, and the floors check's).
+        if words and not words[0].startswith((".venv/", ".state/floors-venv/", "'", ">")):
             found.add(words[0])
     return found
 
@@ -402,3 +404,16 @@ def test_no_doc_says_the_image_lacks_an_extra_it_installs(path: Path) -> None:
         named = set(re.findall(r"dsh-pipeline\[(\w+)\]", line)) & extras
         lacks = re.search(r"image (?:does not|doesn't|lacks)|not (?:yet )?in the image", line)
         assert not (named and lacks), f"{path.name}: the image installs {sorted(named)}: {line}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_metric_named_is_exported_with_the_labels_named(path: Path) -> None:
+    """`dsh_…` names (and `{label,…}` after them) are what the services expose: a renamed
+    metric or label cannot linger in the docs, where an operator copies it into a query."""
+    exported = exported_metrics()
+    for name, labels in re.findall(r"\b(dsh_[a-z0-9_]+)(?:\{([a-z_,]+)\})?", _prose(path)):
+        # A histogram is named by its base name; its samples are _bucket, _sum and _count.
+        found = exported.get(name, exported.get(f"{name}_bucket"))
+        assert found is not None, f"{path.name}: {name} is no metric a service exports"
+        named = set(filter(None, labels.split(",")))
+        assert named <= found, f"{path.name}: {name} has no label {sorted(named - found)}"
