@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from deploy.local.kafka import SHORT_LIVED_JVM
-from deploy.local.processes import LISTEN_PORTS_VARIABLE, listen_port_range
+from deploy.local.processes import LISTEN_PORTS_VARIABLE, listen_port_range, worker_slice
 
 if TYPE_CHECKING:
     import redis
@@ -35,14 +35,13 @@ os.environ.setdefault("DSH_LOCAL_KAFKA_JVM_OPTIONS", " ".join(SHORT_LIVED_JVM))
 def _own_listen_ports() -> None:
     """Each xdist worker picks its servers' ports from a slice of its own: two workers
     starting clusters at once never pick the same port in the seconds before it is bound."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if not worker or not count or LISTEN_PORTS_VARIABLE in os.environ:
+    if not worker.startswith("gw") or not count:
         return
-    low, high = listen_port_range()
-    width = (high - low) // int(count)
-    first = low + int(worker.removeprefix("gw")) * width
-    os.environ[LISTEN_PORTS_VARIABLE] = f"{first}-{first + width}"
+    share = worker_slice(*listen_port_range(), int(worker.removeprefix("gw")), int(count))
+    if share is not None:
+        os.environ[LISTEN_PORTS_VARIABLE] = "{}-{}".format(*share)
 
 
 _own_listen_ports()

@@ -33,15 +33,17 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # Processes that pick ports at once (pytest-xdist's workers) each take their own slice of the
 # range, "low-high": a port one picked, free until its server starts, is never the other's.
 LISTEN_PORTS_VARIABLE = "DSH_TEST_LISTEN_PORTS"
-# A port handed out is not handed out again by this process for this long: it stays free
-# until its server starts (a JVM's seconds), and a second caller in between (the proxies of a
-# cluster whose own ports were just picked) would get it again.
-WITHHELD_FOR_S = 600.0
-_handed_out: dict[int, float] = {}  # port → when
+# Below this many ports a range is too narrow to pick from at random: the OS picks instead.
+NARROWEST_RANGE = 1000
+# A port handed out is never handed out again by this process: it stays free until its
+# server starts (a JVM's seconds), or while a test has its server down, and a second caller
+# then (the proxies of a cluster whose own ports were just picked) would get it again. A test
+# process hands out a few hundred at most.
+_handed_out: set[int] = set()
 _handed_out_lock = threading.Lock()
 
 
-def _listen_ports_below() -> int:
+def ephemeral_range_start() -> int:
     try:
         return int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -65,72 +67,74 @@ def listen_port_range() -> tuple[int, int]:
                 code="BAD_SETTING",
             )
         return low, high
-    return LISTEN_PORTS_FROM, _listen_ports_below()
+    return LISTEN_PORTS_FROM, ephemeral_range_start()
 
 
-def _withheld(now: float) -> set[int]:
-    for port, when in list(_handed_out.items()):
-        if now - when > WITHHELD_FOR_S:
-            del _handed_out[port]
-    return set(_handed_out)
+def worker_slice(low: int, high: int, worker: int, workers: int) -> tuple[int, int] | None:
+    """Worker ``worker``'s share of ``low``…``high`` when ``workers`` pick ports at once, or
+    None where shares would be too narrow to pick from. A worker started in place of a crashed
+    one (xdist numbers it past the others) shares its slot's slice, whose servers died with
+    its predecessor."""
+    width = (high - low) // workers
+    if width < NARROWEST_RANGE:
+        return None
+    first = low + (worker % workers) * width
+    return first, first + width
 
 
 def free_ports(count: int) -> list[int]:
-    """Distinct ports that are free right now and that this process has not handed out in
-    the last ten minutes, from ``listen_port_range`` where it leaves room (else the OS picks
-    them)."""
+    """Distinct ports that are free right now and that this process has not handed out
+    before, from ``listen_port_range`` where it leaves room (else the OS picks them)."""
     low, high = listen_port_range()
     sockets: list[socket.socket] = []
     with _handed_out_lock:
-        now = time.monotonic()
-        withheld = _withheld(now)
         tries = 0
         try:
             while len(sockets) < count:
                 tries += 1
                 if tries > 100 * count + 1000:
                     raise LocalStackError(
-                        f"no {count} free ports left in {low}-{high} ({len(withheld)} handed "
-                        f"out in the last {WITHHELD_FOR_S:.0f} s)",
+                        f"no {count} free ports left in {low}-{high} "
+                        f"({len(_handed_out)} handed out already)",
                         code="PORTS_EXHAUSTED",
                     )
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sockets.append(sock)
                 try:
-                    if high - low < 1000:
+                    if high - low < NARROWEST_RANGE:
                         sock.bind(("127.0.0.1", 0))
                     else:
                         sock.bind(("127.0.0.1", random.randrange(low, high)))
                 except OSError:  # taken (or one of ours): another one
                     sockets.pop().close()
                     continue
-                if sock.getsockname()[1] in withheld:
+                if sock.getsockname()[1] in _handed_out:
                     sockets.pop().close()
             ports = [s.getsockname()[1] for s in sockets]
         finally:
             for sock in sockets:
                 sock.close()
-        _handed_out.update(dict.fromkeys(ports, now))
+        _handed_out.update(ports)
         return ports
-
-
-def _withhold(ports: range) -> None:
-    with _handed_out_lock:
-        _handed_out.update(dict.fromkeys(ports, time.monotonic()))
 
 
 def free_port_block(width: int, attempts: int = 50) -> int:
     """A first port P such that P … P + width - 1 are all free right now, for services that
     number their nodes' ports consecutively (a multi-node Kafka). A free port need not have
-    free neighbours, so each candidate block is checked port by port."""
+    free neighbours, so each candidate block is checked port by port; the block stays within
+    this process's range (another's begins after it)."""
+    low, high = listen_port_range()
+    if high - low < NARROWEST_RANGE:
+        high = 65536
     for _ in range(attempts):
         base = free_ports(1)[0]
         block = range(base, base + width)
-        if base + width <= 65536 and all(
-            port not in _handed_out and port_is_free(port) for port in block[1:]
-        ):
-            _withhold(block)
-            return base
+        with _handed_out_lock:
+            if block.stop <= high and all(
+                port not in _handed_out and port_is_free(port) for port in block[1:]
+            ):
+                _handed_out.update(block)
+                return base
     raise OSError(f"no block of {width} free ports found in {attempts} tries")
 
 

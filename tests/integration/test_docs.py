@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local.processes import free_ports, port_is_free
+from deploy.local.processes import free_port_block, free_ports
 from tests.docs_blocks import (
     DOCS,
     MAKE_DEMO_PREFIX,
@@ -51,16 +51,6 @@ METRICS_PORTS = 4  # the writer and the three projectors
 class Stack:
     env: dict[str, str]
     bin: Path
-
-
-def _metrics_ports() -> int:
-    """The first of METRICS_PORTS consecutive free ports."""
-    while True:
-        (base,) = free_ports(1)
-        if base + METRICS_PORTS < 65536 and all(
-            port_is_free(base + i) for i in range(METRICS_PORTS)
-        ):
-            return base
 
 
 def _dsh(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
@@ -94,7 +84,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         DSH_LOCAL_KAFKA_PORT=str(kafka_port),
         DSH_LOCAL_CONTROLLER_PORT=str(controller_port),
         DSH_LOCAL_REDIS_PORT=str(redis_port),
-        DSH_LOCAL_METRICS_PORT=str(_metrics_ports()),
+        DSH_LOCAL_METRICS_PORT=str(free_port_block(METRICS_PORTS)),
         DSH_LOCAL_PARTITIONS="2",
         DSH_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{kafka_port}",
         DSH_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",

@@ -8,10 +8,13 @@ import pytest
 from deploy.local import processes
 from deploy.local.errors import LocalStackError
 from deploy.local.processes import (
+    LISTEN_PORTS_FROM,
     LISTEN_PORTS_VARIABLE,
+    ephemeral_range_start,
     free_port_block,
     free_ports,
     listen_port_range,
+    worker_slice,
 )
 
 
@@ -22,7 +25,7 @@ def thousand_ports(monkeypatch: pytest.MonkeyPatch) -> range:
     _, high = listen_port_range()
     ports = range(high - 1000, high)
     monkeypatch.setenv(LISTEN_PORTS_VARIABLE, f"{ports.start}-{ports.stop}")
-    monkeypatch.setattr(processes, "_handed_out", {})
+    monkeypatch.setattr(processes, "_handed_out", set())
     return ports
 
 
@@ -54,15 +57,37 @@ def test_a_bad_port_range_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, na
     assert raised.value.code == "BAD_SETTING"
 
 
-def test_each_xdist_worker_has_a_slice_of_its_own() -> None:
-    """The suite's conftest gives each worker its slice; without xdist there is none."""
+def test_workers_slices_are_disjoint_and_a_replacement_shares_its_slots() -> None:
+    slices = [worker_slice(20000, 32768, worker, 3) for worker in range(3)]
+    assert slices == [(20000, 24256), (24256, 28512), (28512, 32768)]
+    # xdist numbers a worker started in place of a crashed one past the others.
+    assert worker_slice(20000, 32768, 3, 3) == slices[0]
+
+
+@pytest.mark.parametrize(("low", "high", "workers"), [(20000, 32768, 13), (20000, 18000, 1)])
+def test_a_slice_too_narrow_to_pick_from_is_none(low: int, high: int, workers: int) -> None:
+    assert worker_slice(low, high, 0, workers) is None
+
+
+def test_a_block_stays_within_the_range(thousand_ports: range) -> None:
+    """The next worker's slice begins where this one's ends. A 100-port block from a random
+    first port would overrun the range's end one time in ten."""
+    for _ in range(40):
+        processes._handed_out.clear()
+        base = free_port_block(100)
+        assert thousand_ports.start <= base and base + 100 <= thousand_ports.stop
+
+
+def test_under_xdist_this_worker_picks_from_its_own_slice() -> None:
     import os
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER"),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
+    )
+    if worker is None or count is None:
         pytest.skip("runs under pytest-xdist")
-    low, high = listen_port_range()
-    count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    assert high - low >= 1000
-    assert low == processes.LISTEN_PORTS_FROM + int(worker.removeprefix("gw")) * (high - low)
-    assert (high - low) * count <= processes._listen_ports_below() - processes.LISTEN_PORTS_FROM
+    share = worker_slice(LISTEN_PORTS_FROM, ephemeral_range_start(), int(worker[2:]), int(count))
+    assert share is not None
+    assert listen_port_range() == share
+    assert all(share[0] <= port < share[1] for port in free_ports(20))
