@@ -342,9 +342,10 @@ def _known_variables() -> set[str]:
     settings = {
         prefix_of(cls) + name.upper() for cls in SETTINGS_CLASSES for name in cls.model_fields
     }
-    tests = {
+    tests = {  # read by the tests, or by the local stack for them
         v
-        for source in (ROOT / "tests").rglob("*.py")
+        for folder in ("tests", "deploy/local")
+        for source in (ROOT / folder).rglob("*.py")
         for v in re.findall(r"DSH_(?:TEST|RELIABILITY)_[A-Z_]+", source.read_text())
     }
     return settings | tests
