@@ -6,9 +6,12 @@ projector that applied them finds it behind once Redis takes a batch again, and 
 rebuild (it is abandoned then), or the process die, nothing would ever show the next owner
 that the session is behind. So the sessions found behind are written down first, in a set
 per partition (:meth:`projectors.keys.Keys.mend`), and each leaves it once rebuilt. Whoever
-is assigned the partition next reads the set once and rebuilds what is still in it. A rebuild
-from the topic is idempotent: one done twice (finished, but the process died before saying
-so) costs a scan and nothing else.
+is assigned the partition next reads the set and rebuilds what is still in it, and reads the
+sets of the partitions it owns again every minute: an old owner that Redis kept away past
+``max.poll.interval.ms`` writes its set after the partition moved (it learns of the move only
+then), and the new owner would otherwise not see it before the partition's next assignment.
+A rebuild from the topic is idempotent: one done twice (finished, but the process died before
+saying so) costs a scan and nothing else.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from projectors.keys import Keys
 from projectors.link import raise_errors
 from projectors.runtime.sessions import SessionStore
 
+# How often the sets of the partitions owned are read again: one round trip for all of them.
+REREAD_EVERY_S = 60.0
+
 
 class Handover:
     def __init__(self, name: str, keys: Keys, store: SessionStore[Any]) -> None:
@@ -32,28 +38,40 @@ class Handover:
         # reads their sets at its next round, so a Redis error there is tried again.
         self._unread: set[int] = set()
         self._owed: dict[int, set[str]] = {}  # read, not rebuilt yet
+        self._owned: set[int] = set()
         self._not_before = 0.0  # after a failed take-over, its next try
+        self._reread_at = time.monotonic() + REREAD_EVERY_S
 
     def assigned(self, partitions: Iterable[int]) -> None:
+        partitions = set(partitions)
+        self._owned.update(partitions)
         self._unread.update(partitions)
 
     def revoked(self, partitions: Collection[int]) -> None:
         """What is left of them is their next owner's to read."""
+        self._owned.difference_update(partitions)
         self._unread.difference_update(partitions)
         for partition in partitions:
             self._owed.pop(partition, None)
 
     def due(self) -> bool:
-        """Something to read or to rebuild, and not right after a failed try: no I/O, asked
-        every round."""
-        return bool(self._unread or self._owed) and time.monotonic() >= self._not_before
+        """Something to read (partitions assigned, or a minute since the last read) or to
+        rebuild, and not right after a failed try: no I/O, asked every round."""
+        now = time.monotonic()
+        if now < self._not_before:
+            return False
+        return bool(self._unread or self._owed) or (bool(self._owned) and now >= self._reread_at)
 
     def postpone(self, delay_s: float) -> None:
         self._not_before = time.monotonic() + delay_s
 
     def owed(self) -> dict[int, set[str]]:
         """Partition → the sessions handed on to this process, not rebuilt yet: the sets of
-        the partitions assigned since the last call are read (one round trip)."""
+        the partitions assigned since the last call are read, and every minute all those
+        owned (one round trip)."""
+        now = time.monotonic()
+        if now >= self._reread_at:
+            self._unread.update(self._owned)
         unread = sorted(self._unread)
         if unread:
             key = self.keys.mend
@@ -64,6 +82,7 @@ class Handover:
                 if members:
                     self._owed.setdefault(partition, set()).update(map(_text, members))
             self._unread.difference_update(unread)
+            self._reread_at = now + REREAD_EVERY_S
         return {partition: set(sids) for partition, sids in self._owed.items()}
 
     def record(self, behind: Mapping[int, Collection[str]]) -> None:

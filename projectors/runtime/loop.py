@@ -245,7 +245,8 @@ class Loop(Generic[S]):
 
     def _take_over_mends(self) -> None:
         """Rebuild the sessions whose failover mend a previous owner of the partitions assigned
-        since the last round handed on (:mod:`.handover`): one read per assignment. Nothing
+        since the last round handed on (:mod:`.handover`): one read per assignment, and one a
+        minute for every partition owned. Nothing
         else is in hand meanwhile, so a failure leaves no batch's replies unread: the mend is
         tried again a little later, and the next batch settled checks what the cache held.
         A stop cuts it short, unlike the mend itself: what is left stays handed on, to
@@ -257,7 +258,7 @@ class Loop(Generic[S]):
                 return
             log.warning(
                 "projector %s: taking over the failover mend of %d session(s) in partition(s) "
-                "%s that their previous owner did not finish: rebuilding them from the topic",
+                "%s left unfinished: rebuilding them from the topic",
                 self.name,
                 sum(map(len, owed.values())),
                 ", ".join(map(str, sorted(owed))),

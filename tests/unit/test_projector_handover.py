@@ -5,9 +5,13 @@ per batch. Redis is a stand-in that records the commands sent."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
 
 from projectors.keys import Keys
-from projectors.runtime.handover import Handover
+from projectors.runtime import handover as handover_module
+from projectors.runtime.handover import REREAD_EVERY_S, Handover
 from tests.support.mend_redis import MendRedis
 
 
@@ -46,3 +50,31 @@ def test_partitions_assigned_are_read_once_at_the_next_round_and_what_goes_is_le
     h.settled(1, {"s-1"})
     assert not h.due() and h.owed() == {}
     assert redis.sets["dsh:mend:surface:2"] == {b"s-2"}
+
+
+def test_the_sets_of_the_partitions_owned_are_read_again_every_minute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An old owner that Redis kept away past max.poll.interval.ms writes its set after the
+    partition moved: the new owner has read it already, and reads it again a minute later."""
+    clock = [1000.0]
+    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    redis = MendRedis()
+    h = handover(redis)
+    h.assigned([0, 1, 2])
+    assert h.owed() == {} and len(redis.trips) == 1
+    redis.sets["dsh:mend:surface:1"] = {b"late"}  # the old owner's write, after that read
+    clock[0] += REREAD_EVERY_S - 1
+    assert not h.due()  # a round between rereads asks nothing of Redis
+    clock[0] += 1
+    assert h.due()
+    assert h.owed() == {1: {"late"}}
+    assert redis.trips[-1] == [("SMEMBERS", f"dsh:mend:surface:{p}") for p in (0, 1, 2)]
+    h.settled(1, {"late"})
+    h.revoked({2})  # no longer owned: no longer read
+    clock[0] += REREAD_EVERY_S
+    assert h.due() and h.owed() == {}
+    assert redis.trips[-1] == [("SMEMBERS", f"dsh:mend:surface:{p}") for p in (0, 1)]
+    h.revoked({0, 1})
+    clock[0] += REREAD_EVERY_S
+    assert not h.due()  # nothing owned, nothing to read
