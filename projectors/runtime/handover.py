@@ -55,8 +55,8 @@ class Handover:
             self._owed.pop(partition, None)
 
     def due(self) -> bool:
-        """Something to read (partitions assigned, or a minute since the last read) or to
-        rebuild, and not right after a failed try: no I/O, asked every round."""
+        """Something to read (partitions assigned, or a minute since all owned were read) or
+        to rebuild, and not right after a failed try: no I/O, asked every round."""
         now = time.monotonic()
         if now < self._not_before:
             return False
@@ -70,18 +70,25 @@ class Handover:
         the partitions assigned since the last call are read, and every minute all those
         owned (one round trip)."""
         now = time.monotonic()
-        if now >= self._reread_at:
-            self._unread.update(self._owned)
-        unread = sorted(self._unread)
+        # Only a read of them all moves the next one on: partitions assigned now and then
+        # must not put off the re-read of those owned before them.
+        every = now >= self._reread_at or self._owned <= self._unread
+        unread = sorted(self._unread | self._owned if every else self._unread)
         if unread:
             key = self.keys.mend
-            replies = pipelined(
-                self.store.client, [("SMEMBERS", key(self.name, p)) for p in unread]
-            )
+            try:
+                replies = pipelined(
+                    self.store.client, [("SMEMBERS", key(self.name, p)) for p in unread]
+                )
+            except Exception:
+                if every:  # the partitions assigned are tried again soon, the rest in a minute
+                    self._reread_at = now + REREAD_EVERY_S
+                raise
             for partition, members in zip(unread, replies, strict=True):
                 if members:
                     self._owed.setdefault(partition, set()).update(map(_text, members))
             self._unread.difference_update(unread)
+        if every:
             self._reread_at = now + REREAD_EVERY_S
         return {partition: set(sids) for partition, sids in self._owed.items()}
 

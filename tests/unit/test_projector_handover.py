@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,54 @@ def test_the_sets_of_the_partitions_owned_are_read_again_every_minute(
     h.revoked({0, 1})
     clock[0] += REREAD_EVERY_S
     assert not h.due()  # nothing owned, nothing to read
+
+
+def test_partitions_assigned_between_rereads_do_not_put_off_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    redis = MendRedis()
+    h = handover(redis)
+    h.assigned([0])
+    h.owed()
+    redis.sets["dsh:mend:surface:0"] = {b"late"}
+    for partition in (1, 2):  # an assignment every 25 s: each read at the next round
+        clock[0] += 25
+        h.assigned([partition])
+        assert h.owed() == {}
+        assert redis.trips[-1] == [("SMEMBERS", f"dsh:mend:surface:{partition}")]
+    clock[0] += 10  # a minute after partition 0 was read
+    assert h.due() and h.owed() == {0: {"late"}}
+
+
+@dataclass
+class _Away(MendRedis):
+    away: bool = False
+
+    def execute(self) -> list[Any]:
+        if self.away:
+            self._queued.clear()
+            raise ConnectionError("Redis is away")
+        return super().execute()
+
+
+def test_a_failed_reread_is_tried_again_a_minute_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle projector during a Redis outage: not a failing read every round."""
+    clock = [1000.0]
+    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    redis = _Away()
+    h = handover(redis)
+    h.assigned([0])
+    h.owed()
+    clock[0] += REREAD_EVERY_S
+    redis.away = True
+    assert h.due()
+    with pytest.raises(ConnectionError):
+        h.owed()
+    assert not h.due()
+    h.assigned([1])  # an assignment's read is tried again at the next round
+    assert h.due()
+    with pytest.raises(ConnectionError):
+        h.owed()
+    assert h.due()
