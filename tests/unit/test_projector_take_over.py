@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,8 +19,9 @@ import redis
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from projectors.keys import Keys
+from projectors.runtime import handover as handover_module
 from projectors.runtime.batches import Plan
-from projectors.runtime.handover import Handover
+from projectors.runtime.handover import REREAD_EVERY_S, Handover
 from projectors.runtime.loop import Loop
 from tests.support.mend_redis import MendRedis
 
@@ -157,3 +159,23 @@ def test_a_take_over_that_failed_is_tried_again_later_and_forgets_the_cache_for_
     assert loop.store.resets == resets
     assert not loop.handover.due()  # not at the next round: a little later
     assert loop.handover.owed() == {0: {"quiet-0"}}  # still owed, not read again
+
+
+def test_a_mend_handed_on_after_the_assignments_read_is_taken_over_at_the_minutes_reread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old owner, kept from Redis past max.poll.interval.ms, wrote its set late."""
+    clock = [1000.0]
+    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    loop, consumer = _loop(owned=[0], handed_on={})
+    monkeypatch.setattr(loop, "_finish_inflight", lambda consumer, wait=False: None)
+    loop.handover.assigned([0])
+    loop._step(consumer, [], threading.Event())
+    assert loop.rebuilds.asked == []  # nothing handed on yet
+    loop.store.client.sets[Keys().mend("surface", 0)] = {b"late"}
+    clock[0] += REREAD_EVERY_S - 1
+    loop._step(consumer, [], threading.Event())
+    assert loop.rebuilds.asked == []
+    clock[0] += 1
+    loop._step(consumer, [], threading.Event())
+    assert loop.rebuilds.asked == [(0, True)]
