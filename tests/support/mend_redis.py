@@ -1,12 +1,18 @@
 """A stand-in for the Redis a failover's mend is handed on through (``projectors.runtime.
 handover``): the store's client (redis-py's pipeline) and its link in one, holding the sets
-and recording each round trip. For unit tests of the handover and the loop's take-over."""
+and recording each round trip. For unit tests of the handover and the loop's take-over, with
+the handover's clock in the test's hands (``handover_clock``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
+
+from projectors.runtime import handover
 
 
 @dataclass
@@ -45,3 +51,10 @@ class MendRedis:
             assert name == "SREM"
             held -= encoded
         return len(encoded)
+
+
+def handover_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The handover's clock, as a list the test moves on: ``clock[0] += seconds``."""
+    clock = [1000.0]
+    monkeypatch.setattr(handover, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    return clock

@@ -5,15 +5,13 @@ per batch. Redis is a stand-in that records the commands sent."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from projectors.keys import Keys
-from projectors.runtime import handover as handover_module
 from projectors.runtime.handover import REREAD_EVERY_S, Handover
-from tests.support.mend_redis import MendRedis
+from tests.support.mend_redis import MendRedis, handover_clock
 
 
 @dataclass
@@ -58,8 +56,7 @@ def test_the_sets_of_the_partitions_owned_are_read_again_every_minute(
 ) -> None:
     """An old owner that Redis kept away past max.poll.interval.ms writes its set after the
     partition moved: the new owner has read it already, and reads it again a minute later."""
-    clock = [1000.0]
-    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    clock = handover_clock(monkeypatch)
     redis = MendRedis()
     h = handover(redis)
     h.assigned([0, 1, 2])
@@ -84,8 +81,7 @@ def test_the_sets_of_the_partitions_owned_are_read_again_every_minute(
 def test_partitions_assigned_between_rereads_do_not_put_off_the_next(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = [1000.0]
-    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    clock = handover_clock(monkeypatch)
     redis = MendRedis()
     h = handover(redis)
     h.assigned([0])
@@ -113,8 +109,7 @@ class _Away(MendRedis):
 
 def test_a_failed_reread_is_tried_again_a_minute_later(monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle projector during a Redis outage: not a failing read every round."""
-    clock = [1000.0]
-    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    clock = handover_clock(monkeypatch)
     redis = _Away()
     h = handover(redis)
     h.assigned([0])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,11 +18,10 @@ import redis
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from projectors.keys import Keys
-from projectors.runtime import handover as handover_module
 from projectors.runtime.batches import Plan
 from projectors.runtime.handover import REREAD_EVERY_S, Handover
 from projectors.runtime.loop import Loop
-from tests.support.mend_redis import MendRedis
+from tests.support.mend_redis import MendRedis, handover_clock
 
 TOPIC = "events"
 
@@ -165,8 +163,7 @@ def test_a_mend_handed_on_after_the_assignments_read_is_taken_over_at_the_minute
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The old owner, kept from Redis past max.poll.interval.ms, wrote its set late."""
-    clock = [1000.0]
-    monkeypatch.setattr(handover_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    clock = handover_clock(monkeypatch)
     loop, consumer = _loop(owned=[0], handed_on={})
     monkeypatch.setattr(loop, "_finish_inflight", lambda consumer, wait=False: None)
     loop.handover.assigned([0])
