@@ -12,6 +12,11 @@ sets of the partitions it owns again every minute: an old owner that Redis kept 
 then), and the new owner would otherwise not see it before the partition's next assignment.
 A rebuild from the topic is idempotent: one done twice (finished, but the process died before
 saying so) costs a scan and nothing else.
+
+A partition can also move while Redis is away, before its owner found anything behind: then
+only the old owner knows what it had applied there. It keeps that (:meth:`Handover.moved`) and,
+once Redis answers, writes the sessions Redis holds behind it into the partition's set
+(:meth:`Handover.pass_on`), for the new owner's next re-read.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ class Handover:
         self._unread: set[int] = set()
         self._owed: dict[int, set[str]] = {}  # read, not rebuilt yet
         self._owned: set[int] = set()
+        # Session → (partition, applied seq) believed before Redis failed, of partitions
+        # revoked since: to pass on once Redis answers.
+        self._moved: dict[str, tuple[int, int]] = {}
         self._not_before = 0.0  # after a failed take-over, its next try
         self._reread_at = time.monotonic() + REREAD_EVERY_S
 
@@ -54,13 +62,37 @@ class Handover:
         for partition in partitions:
             self._owed.pop(partition, None)
 
+    def moved(self, believed: Mapping[str, tuple[int, int]]) -> None:
+        """What this process believed applied, when Redis failed, of sessions whose partitions
+        it no longer owns (``SessionStore.forget_partitions``)."""
+        for sid, (partition, seq) in believed.items():
+            known = self._moved.get(sid)
+            if known is None or known[1] < seq:
+                self._moved[sid] = (partition, seq)
+
     def due(self) -> bool:
-        """Something to read (partitions assigned, or a minute since all owned were read) or
-        to rebuild, and not right after a failed try: no I/O, asked every round."""
+        """Something to pass on, to read (partitions assigned, or a minute since all owned
+        were read) or to rebuild, and not right after a failed try: no I/O, asked every
+        round."""
         now = time.monotonic()
         if now < self._not_before:
             return False
-        return bool(self._unread or self._owed) or (bool(self._owned) and now >= self._reread_at)
+        if self._moved or self._unread or self._owed:
+            return True
+        return bool(self._owned) and now >= self._reread_at
+
+    def pass_on(self) -> dict[int, set[str]]:
+        """Hand the sessions of :meth:`moved` that Redis holds behind on to their partitions'
+        new owners (partition → sessions): a read of them all, and one write."""
+        if not self._moved:
+            return {}
+        behind = self.store.behind(self._moved)
+        key = self.keys.mend
+        commands = [("SADD", key(self.name, p), *sorted(s)) for p, s in behind.items()]
+        if commands:
+            pipelined(self.store.client, commands)
+        self._moved.clear()
+        return behind
 
     def postpone(self, delay_s: float) -> None:
         self._not_before = time.monotonic() + delay_s

@@ -244,7 +244,8 @@ class Loop(Generic[S]):
         self.store.unconfirmed.clear()
 
     def _take_over_mends(self) -> None:
-        """Rebuild the sessions whose failover mend a previous owner of the partitions assigned
+        """Hand on what a failover set back in partitions revoked while Redis was away, then
+        rebuild the sessions whose failover mend a previous owner of the partitions assigned
         since the last round handed on (:mod:`.handover`): one read per assignment, and one a
         minute for every partition owned. Nothing
         else is in hand meanwhile, so a failure leaves no batch's replies unread: the mend is
@@ -253,6 +254,16 @@ class Loop(Generic[S]):
         whoever is assigned the partitions next (no batch here commits them any more)."""
         handover = self.handover
         try:
+            passed = handover.pass_on()
+            if passed:
+                log.warning(
+                    "projector %s: Redis holds %d session(s) of partition(s) %s, which moved to "
+                    "another instance while Redis was away, behind what was applied before it "
+                    "failed: handed on to their new owner",
+                    self.name,
+                    sum(map(len, passed.values())),
+                    ", ".join(map(str, sorted(passed))),
+                )
             owed = handover.owed()
             if not owed:
                 return

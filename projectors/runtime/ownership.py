@@ -103,8 +103,9 @@ class Ownership:
         # Lost (membership expired) too: the batch in flight is still applied (harmless, the
         # apply is idempotent) but its offsets are refused; the next owner applies it again.
         self.settle({tp.partition for tp in partitions})
-        self.store.forget_partitions({tp.partition for tp in partitions})
+        moved = self.store.forget_partitions({tp.partition for tp in partitions})
         self.handover.revoked({tp.partition for tp in partitions})
+        self.handover.moved(moved)
         self.stats["partitions_revoked"] += len(partitions)
         for tp in partitions:
             self._owned.discard(tp.partition)

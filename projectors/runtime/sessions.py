@@ -106,17 +106,21 @@ class SessionStore(Generic[S]):
         while len(self.cache) > self.keep:
             self.cache.popitem(last=False)
 
-    def forget_partitions(self, partitions: Collection[int]) -> None:
+    def forget_partitions(self, partitions: Collection[int]) -> dict[str, tuple[int, int]]:
         """The next owner applies these partitions' sessions: what the cache believes of them
-        is stale from now on. The sessions of the partitions kept stay cached."""
+        is stale from now on. The sessions of the partitions kept stay cached. Returns what
+        :attr:`unconfirmed` held of them: the next owner's to mend, but only this process
+        knows it (:meth:`.handover.Handover.moved`)."""
         cache = self.cache
         for sid in [
             sid for sid, e in cache.items() if e.partition in partitions or e.partition < 0
         ]:
             del cache[sid]
         unconfirmed = self.unconfirmed
-        for sid in [sid for sid, (p, _) in unconfirmed.items() if p in partitions]:
-            del unconfirmed[sid]
+        return {
+            sid: unconfirmed.pop(sid)
+            for sid in [sid for sid, (p, _) in unconfirmed.items() if p in partitions]
+        }
 
     def reset(self) -> None:
         """After a failed batch: the link may hold unread replies, the cache be ahead of Redis.
@@ -135,11 +139,13 @@ class SessionStore(Generic[S]):
         self.link.reset()
         self.cache.clear()
 
-    def behind(self) -> dict[int, set[str]]:
-        """The sessions of :attr:`unconfirmed` Redis holds behind what the cache believed,
-        partition → sessions, but those blocked: one pipelined read. Meaningful once every
-        batch planned before the reset was applied again (the runtime's next batch settled)."""
-        sids = list(self.unconfirmed)
+    def behind(self, believed: Mapping[str, tuple[int, int]] | None = None) -> dict[int, set[str]]:
+        """The sessions of :attr:`unconfirmed` (or of ``believed``: session → (partition,
+        applied seq)) Redis holds behind what the cache believed, partition → sessions, but
+        those blocked: one pipelined read. Meaningful once every batch planned before the
+        reset was applied again (the runtime's next batch settled)."""
+        believed = self.unconfirmed if believed is None else believed
+        sids = list(believed)
         if not sids:
             return {}
         meta, name = self.projection.keys.meta, self.projection.name
@@ -148,8 +154,8 @@ class SessionStore(Generic[S]):
         )
         out: dict[int, set[str]] = defaultdict(set)
         for sid, (applied, blocked) in zip(sids, replies, strict=True):
-            partition, believed = self.unconfirmed[sid]
-            if blocked is None and as_int(applied, -1) < believed:
+            partition, seq = believed[sid]
+            if blocked is None and as_int(applied, -1) < seq:
                 out[partition].add(sid)
         return dict(out)
 

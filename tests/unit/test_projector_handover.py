@@ -125,3 +125,12 @@ def test_a_failed_reread_is_tried_again_a_minute_later(monkeypatch: pytest.Monke
     with pytest.raises(ConnectionError):
         h.owed()
     assert h.due()
+
+
+def test_what_was_believed_of_a_moved_session_keeps_its_highest_seq() -> None:
+    h = handover(MendRedis())
+    assert not h.due()
+    h.moved({"s": (1, 7)})
+    h.moved({"s": (1, 4), "t": (2, 2)})  # read back from a Redis that had lost the writes
+    assert h.due()
+    assert h._moved == {"s": (1, 7), "t": (2, 2)}

@@ -61,6 +61,10 @@ class _Store:
     client: MendRedis
     link: MendRedis
     resets: int = 0
+    behind_of: dict[int, set[str]] = field(default_factory=dict)  # what Redis holds behind
+
+    def behind(self, believed: Mapping[str, tuple[int, int]]) -> dict[int, set[str]]:
+        return {p: sids & set(believed) for p, sids in self.behind_of.items()}
 
     def load(self, sessions: Mapping[str, int], inflight: Any) -> None:
         pass
@@ -176,3 +180,19 @@ def test_a_mend_handed_on_after_the_assignments_read_is_taken_over_at_the_minute
     clock[0] += 1
     loop._step(consumer, [], threading.Event())
     assert loop.rebuilds.asked == [(0, True)]
+
+
+def test_sessions_of_a_partition_moved_while_redis_was_away_are_passed_on_at_the_next_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop, consumer = _loop(owned=[0], handed_on={})
+    monkeypatch.setattr(loop, "_finish_inflight", lambda consumer, wait=False: None)
+    loop.handover.assigned([0])
+    loop._step(consumer, [], threading.Event())
+    loop.handover.moved({"lost": (1, 7), "kept": (1, 7)})  # partition 1 went while Redis was away
+    loop.store.behind_of = {1: {"lost"}}
+    assert loop.handover.due()
+    loop._step(consumer, [], threading.Event())
+    assert loop.store.client.sets[Keys().mend("surface", 1)] == {b"lost"}
+    assert loop.rebuilds.asked == []  # not ours to rebuild: the new owner's
+    assert not loop.handover.due()

@@ -48,7 +48,8 @@ def test_a_revoked_partition_is_its_next_owners_to_mend() -> None:
     s.cache["kept"] = entry(7, partition=0)
     s.cache["revoked"] = entry(4, partition=2)
     s.reset()
-    s.forget_partitions({2})
+    # Handed back: only this process knows it (Handover.moved, then pass_on).
+    assert s.forget_partitions({2}) == {"revoked": (2, 4)}
     assert s.unconfirmed == {"kept": (0, 7)}
 
 
