@@ -86,8 +86,13 @@ class Handover:
         new owners (partition → sessions): a read of them all, and one write."""
         if not self._moved:
             return {}
-        behind = self.store.behind(self._moved)
         key = self.keys.mend
+        # First a write that changes nothing: an old primary cut off from its replicas may
+        # still answer reads with the writes a failover is about to lose, but refuses writes
+        # (min-replicas-to-write), as a replica does.
+        partitions = sorted({partition for partition, _ in self._moved.values()})
+        pipelined(self.store.client, [("SREM", key(self.name, p), "") for p in partitions])
+        behind = self.store.behind(self._moved)
         commands = [("SADD", key(self.name, p), *sorted(s)) for p, s in behind.items()]
         if commands:
             pipelined(self.store.client, commands)

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -63,6 +63,9 @@ _RETRYABLE = (*_REDIS_ERRORS, KafkaException, PartitionReadError)
 # A take-over of a failover's mend that failed (Redis or Kafka away) is tried again this much
 # later, not at every round of a loop with nothing to apply.
 _TAKE_OVER_RETRY_S = 2.0
+# Handing on what a partition revoked while Redis was away left behind waits for Redis to come
+# back: tried this often, so an outage is not a warning every round.
+_PASS_ON_RETRY_S = 10.0
 # A synchronous offset commit has no timeout: it waits for the group coordinator. Past this
 # and the grace, the watchdog ends the process rather than let it wait for ever.
 _COMMIT_BOUND_S = 30.0
@@ -159,6 +162,7 @@ class Loop(Generic[S]):
                     if idle and not stop.is_set():
                         self._commit_past_markers(consumer)
                 self._finish_inflight(consumer, wait=True)
+                self._pass_on()  # a last try: nothing else knows of it
         finally:
             self.inflight = None
             self._consumer = self._stopping = None
@@ -253,17 +257,9 @@ class Loop(Generic[S]):
         A stop cuts it short, unlike the mend itself: what is left stays handed on, to
         whoever is assigned the partitions next (no batch here commits them any more)."""
         handover = self.handover
+        if not self._pass_on():
+            return
         try:
-            passed = handover.pass_on()
-            if passed:
-                log.warning(
-                    "projector %s: Redis holds %d session(s) of partition(s) %s, which moved to "
-                    "another instance while Redis was away, behind what was applied before it "
-                    "failed: handed on to their new owner",
-                    self.name,
-                    sum(map(len, passed.values())),
-                    ", ".join(map(str, sorted(passed))),
-                )
             owed = handover.owed()
             if not owed:
                 return
@@ -288,6 +284,33 @@ class Loop(Generic[S]):
                 # a beat's poll between two writes that landed.
                 self.store.reset()
             handover.postpone(_TAKE_OVER_RETRY_S)
+
+    def _pass_on(self) -> bool:
+        """Hand on what a failover set back in partitions revoked while Redis was away
+        (:meth:`.handover.Handover.pass_on`); False if Redis did not take it, tried again a
+        little later. Reads and writes through the client: the link and the cache stay."""
+        try:
+            passed = self.handover.pass_on()
+        except _REDIS_ERRORS as exc:
+            log.warning(
+                "projector %s: handing on the failover mend of partitions revoked while Redis "
+                "was away: %s; trying again in %.0f s",
+                self.name,
+                exc,
+                _PASS_ON_RETRY_S,
+            )
+            self.handover.postpone(_PASS_ON_RETRY_S)
+            return False
+        if passed:
+            log.warning(
+                "projector %s: Redis holds %d session(s) of partition(s) %s, which moved to "
+                "another instance while Redis was away, behind what was applied before it "
+                "failed: handed on to their new owner",
+                self.name,
+                sum(map(len, passed.values())),
+                ", ".join(map(str, sorted(passed))),
+            )
+        return True
 
     def _mend(self, sessions: Mapping[int, set[str]], stoppable: bool) -> None:
         """Rebuild the sessions a failover set back (partition → sessions), each partition
@@ -382,10 +405,11 @@ class Loop(Generic[S]):
                 self.commit(self._consumer, batch.messages, True, batch.serial, batch.unsettled)
         except Exception as exc:  # raising here would surface from inside poll()
             log.warning("projector %s: batch in flight at a rebalance: %s", self.name, exc)
-            if self.inflight is not None:
-                self._redo += self.inflight.messages
+            failed = self.inflight.messages if self.inflight is not None else []
+            self._redo += failed
             self.inflight = None
-            self.store.reset()  # the link may hold unread replies, the cache be ahead of Redis
+            # The link may hold unread replies, the cache be ahead of Redis.
+            self.store.reset(unacked=_sessions_of(failed))
         finally:
             self._revocations += 1
             for p in revoked:
@@ -475,11 +499,10 @@ class Loop(Generic[S]):
             # Nothing of the batch in flight nor of this one is committed: both go again, in
             # order, one at a time. The cache may be ahead of Redis, so forget it.
             serial = self.inflight.serial if self.inflight else serial
-            redo = self._still_ours(
-                [*(self.inflight.messages if self.inflight else ()), *messages], serial
-            )
+            failed = [*(self.inflight.messages if self.inflight else ()), *messages]
+            redo = self._still_ours(failed, serial)
             self.inflight = None
-            self.store.reset()
+            self.store.reset(unacked=_sessions_of(failed))
             if stop.is_set() or not redo:
                 raise
             log.warning("projector %s: %s; retrying %d records", self.name, exc, len(redo))
@@ -521,7 +544,7 @@ class Loop(Generic[S]):
             except _RETRYABLE as exc:
                 self.writes_failing = f"{type(exc).__name__}: {exc}"
                 self.health.beat()  # waiting for Redis is progress: a restart would not help
-                self.store.reset()
+                self.store.reset(unacked=_sessions_of(messages))
                 if stop.is_set():
                     raise
                 log.warning("projector %s: %s; retrying the batch", self.name, exc)
@@ -532,3 +555,8 @@ class Loop(Generic[S]):
         self.stats["commit_failed"] += 1
         metrics.COMMIT_FAILURES.labels(self.name).inc()
         log.warning("projector %s: offset commit failed: %s", self.name, cause)
+
+
+def _sessions_of(messages: Iterable[Message]) -> set[str]:
+    """The sessions ``messages`` are records of (the events topic is keyed by session)."""
+    return {key.decode() for m in messages if (key := m.key()) is not None}

@@ -122,16 +122,20 @@ class SessionStore(Generic[S]):
             for sid in [sid for sid, (p, _) in unconfirmed.items() if p in partitions]
         }
 
-    def reset(self) -> None:
+    def reset(self, unacked: Collection[str] = ()) -> None:
         """After a failed batch: the link may hold unread replies, the cache be ahead of Redis.
         What it believed applied joins :attr:`unconfirmed` (the higher seq of a session wins:
-        after a second failure the cache holds only what was read back since the first)."""
+        after a second failure the cache holds only what was read back since the first).
+        ``unacked``: the sessions with records in the batches that failed. What the cache
+        believes of them counts events Redis never acknowledged, and those are applied again
+        (here, or by their partition's next owner), where a gap shows what a failover lost:
+        they are left out."""
         applied_of, unconfirmed = self.projection.applied, self.unconfirmed
         for sid, entry in self.cache.items():
             applied = applied_of(entry.state)
             # A blocked one too: a failover may have lost its block with its last writes, and
             # a rebuild blocks it again at its poison record.
-            if entry.partition < 0 or applied < 0:
+            if entry.partition < 0 or applied < 0 or sid in unacked:
                 continue
             known = unconfirmed.get(sid)
             if known is None or known[1] < applied:

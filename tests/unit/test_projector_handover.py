@@ -134,3 +134,13 @@ def test_what_was_believed_of_a_moved_session_keeps_its_highest_seq() -> None:
     h.moved({"s": (1, 4), "t": (2, 2)})  # read back from a Redis that had lost the writes
     assert h.due()
     assert h._moved == {"s": (1, 7), "t": (2, 2)}
+
+
+def test_a_pass_on_is_only_read_from_a_redis_that_takes_writes() -> None:
+    """An old primary cut off from its replicas answers reads with the writes a failover is
+    about to lose, but refuses writes: nothing is passed on nor forgotten."""
+    h = handover(_Away(away=True))
+    h.moved({"s": (1, 7)})
+    with pytest.raises(ConnectionError):
+        h.pass_on()  # the probe write fails before any read
+    assert h._moved == {"s": (1, 7)}

@@ -9,7 +9,7 @@ cached."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,7 @@ class _Store:
     link: MendRedis
     resets: int = 0
     behind_of: dict[int, set[str]] = field(default_factory=dict)  # what Redis holds behind
+    unacked: list[set[str]] = field(default_factory=list)  # at each reset
 
     def behind(self, believed: Mapping[str, tuple[int, int]]) -> dict[int, set[str]]:
         return {p: sids & set(believed) for p, sids in self.behind_of.items()}
@@ -69,8 +70,9 @@ class _Store:
     def load(self, sessions: Mapping[str, int], inflight: Any) -> None:
         pass
 
-    def reset(self) -> None:
+    def reset(self, unacked: Collection[str] = ()) -> None:
         self.resets += 1
+        self.unacked.append(set(unacked))
 
 
 class _Planner:
@@ -196,3 +198,49 @@ def test_sessions_of_a_partition_moved_while_redis_was_away_are_passed_on_at_the
     assert loop.store.client.sets[Keys().mend("surface", 1)] == {b"lost"}
     assert loop.rebuilds.asked == []  # not ours to rebuild: the new owner's
     assert not loop.handover.due()
+
+
+@dataclass
+class _Away(MendRedis):
+    away: bool = True
+
+    def execute(self) -> list[Any]:
+        if self.away:
+            self._queued.clear()
+            raise redis.ConnectionError("Redis is away")
+        return super().execute()
+
+
+def test_a_pass_on_redis_does_not_take_is_kept_and_tried_again_later_the_cache_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop, consumer = _loop(owned=[0], handed_on={})
+    monkeypatch.setattr(loop, "_finish_inflight", lambda consumer, wait=False: None)
+    away = _Away()
+    loop.store.client = away
+    loop.handover.moved({"lost": (1, 7)})
+    loop.store.behind_of = {1: {"lost"}}
+    loop._step(consumer, [], threading.Event())
+    assert loop.store.resets == 0  # the client failed, not the link: the cache still holds
+    assert not loop.handover.due()  # a little later, not at every round
+    away.away = False
+    loop.handover.postpone(0)
+    loop._step(consumer, [], threading.Event())
+    assert away.sets[Keys().mend("surface", 1)] == {b"lost"}
+
+
+def test_the_sessions_of_a_batch_redis_failed_are_not_believed_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop, consumer = _loop(owned=[0, 1], handed_on={})
+
+    def away(messages: Any, serial: Any = None) -> Any:
+        raise redis.ConnectionError("Redis is away")
+
+    monkeypatch.setattr(loop, "submit", away)
+    read = [Message(topic=TOPIC, partition=p, offset=7, key=k) for p, k in [(0, b"a"), (1, b"b")]]
+    stop = threading.Event()
+    stop.set()  # raise at once rather than retry
+    with pytest.raises(redis.ConnectionError):
+        loop._step(consumer, read, stop)
+    assert loop.store.unacked == [{"a", "b"}]

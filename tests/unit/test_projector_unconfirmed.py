@@ -59,3 +59,14 @@ def test_a_forked_process_mends_nothing_of_its_parents() -> None:
     s.reset()
     s.reconnect()
     assert s.unconfirmed == {}
+
+
+def test_sessions_of_the_failed_batch_are_left_out_their_records_go_again() -> None:
+    """What the cache believes of them counts events Redis never acknowledged: applied again
+    (here, or by their partition's next owner), a gap shows whatever a failover lost."""
+    s = store()
+    s.cache["quiet"] = entry(7, partition=0)
+    s.cache["in-the-batch"] = entry(9, partition=2)
+    s.reset(unacked={"in-the-batch"})
+    assert s.unconfirmed == {"quiet": (0, 7)}
+    assert s.forget_partitions({2}) == {}  # nothing for pass_on to hand on as lost
