@@ -81,6 +81,14 @@ class Handover:
             return True
         return bool(self._owned) and now >= self._reread_at
 
+    def drop_moved(self) -> dict[int, set[str]]:
+        """Forget what :meth:`moved` kept, partition → sessions: the process is ending."""
+        left: dict[int, set[str]] = {}
+        for sid, (partition, _) in self._moved.items():
+            left.setdefault(partition, set()).add(sid)
+        self._moved.clear()
+        return left
+
     def pass_on(self) -> dict[int, set[str]]:
         """Hand the sessions of :meth:`moved` that Redis holds behind on to their partitions'
         new owners (partition → sessions): a read of them all, and one write."""
@@ -89,7 +97,7 @@ class Handover:
         key = self.keys.mend
         # First a write that changes nothing: an old primary cut off from its replicas may
         # still answer reads with the writes a failover is about to lose, but refuses writes
-        # (min-replicas-to-write), as a replica does.
+        # if min-replicas-to-write is set (past min-replicas-max-lag), as a replica does.
         partitions = sorted({partition for partition, _ in self._moved.values()})
         pipelined(self.store.client, [("SREM", key(self.name, p), "") for p in partitions])
         behind = self.store.behind(self._moved)

@@ -162,8 +162,9 @@ class Loop(Generic[S]):
                     if idle and not stop.is_set():
                         self._commit_past_markers(consumer)
                 self._finish_inflight(consumer, wait=True)
-                self._pass_on()  # a last try: nothing else knows of it
+                self._pass_on(last=True)  # nothing else knows of it
         finally:
+            self._left_unpassed()
             self.inflight = None
             self._consumer = self._stopping = None
             self._watchdog.close()
@@ -259,6 +260,7 @@ class Loop(Generic[S]):
         handover = self.handover
         if not self._pass_on():
             return
+        owed: dict[int, set[str]] = {}
         try:
             owed = handover.owed()
             if not owed:
@@ -281,17 +283,21 @@ class Loop(Generic[S]):
             if isinstance(exc, _REDIS_ERRORS):
                 # The link may hold unread replies, and a rebuild caches the states it writes
                 # before the write lands. Not after Kafka's: a scan fails before its rewrite,
-                # a beat's poll between two writes that landed.
-                self.store.reset()
+                # a beat's poll between two writes that landed. What it cached of the
+                # sessions owed is not believed applied: they stay owed, rebuilt at the retry.
+                self.store.reset(unacked={sid for sids in owed.values() for sid in sids})
             handover.postpone(_TAKE_OVER_RETRY_S)
 
-    def _pass_on(self) -> bool:
+    def _pass_on(self, last: bool = False) -> bool:
         """Hand on what a failover set back in partitions revoked while Redis was away
         (:meth:`.handover.Handover.pass_on`); False if Redis did not take it, tried again a
-        little later. Reads and writes through the client: the link and the cache stay."""
+        little later unless ``last``. Reads and writes through the client: the link and the
+        cache stay."""
         try:
             passed = self.handover.pass_on()
         except _REDIS_ERRORS as exc:
+            if last:
+                return False  # said by _left_unpassed
             log.warning(
                 "projector %s: handing on the failover mend of partitions revoked while Redis "
                 "was away: %s; trying again in %.0f s",
@@ -311,6 +317,20 @@ class Loop(Generic[S]):
                 ", ".join(map(str, sorted(passed))),
             )
         return True
+
+    def _left_unpassed(self) -> None:
+        """At the end: what could not be handed on is lost with this process, so say what."""
+        left = self.handover.drop_moved()
+        if left:
+            log.warning(
+                "projector %s: %d session(s) of partition(s) %s, which moved to another "
+                "instance while Redis was away, were not checked for writes a failover lost "
+                "(Redis did not answer before the end): run `dsh verify` on them: %s",
+                self.name,
+                sum(map(len, left.values())),
+                ", ".join(map(str, sorted(left))),
+                ", ".join(sorted(sid for sids in left.values() for sid in sids)[:20]),
+            )
 
     def _mend(self, sessions: Mapping[int, set[str]], stoppable: bool) -> None:
         """Rebuild the sessions a failover set back (partition → sessions), each partition
@@ -559,4 +579,5 @@ class Loop(Generic[S]):
 
 def _sessions_of(messages: Iterable[Message]) -> set[str]:
     """The sessions ``messages`` are records of (the events topic is keyed by session)."""
-    return {key.decode() for m in messages if (key := m.key()) is not None}
+    # A key that is not UTF-8 is poison (records.decode): it names no cached session.
+    return {key.decode("utf-8", "replace") for m in messages if (key := m.key()) is not None}

@@ -144,3 +144,10 @@ def test_a_pass_on_is_only_read_from_a_redis_that_takes_writes() -> None:
     with pytest.raises(ConnectionError):
         h.pass_on()  # the probe write fails before any read
     assert h._moved == {"s": (1, 7)}
+
+
+def test_what_could_not_be_passed_on_is_named_at_the_end() -> None:
+    h = handover(MendRedis())
+    h.moved({"s": (1, 7), "t": (1, 2), "u": (3, 4)})
+    assert h.drop_moved() == {1: {"s", "t"}, 3: {"u"}}
+    assert not h.due() and h.drop_moved() == {}
