@@ -269,8 +269,7 @@ class Loop(Generic[S]):
                 "projector %s: taking over the failover mend of %d session(s) in partition(s) "
                 "%s left unfinished: rebuilding them from the topic",
                 self.name,
-                sum(map(len, owed.values())),
-                ", ".join(map(str, sorted(owed))),
+                *_tally(owed),
             )
             self._mend(owed, stoppable=True)
         except _RETRYABLE as exc:
@@ -313,8 +312,7 @@ class Loop(Generic[S]):
                 "another instance while Redis was away, behind what was applied before it "
                 "failed: handed on to their new owner",
                 self.name,
-                sum(map(len, passed.values())),
-                ", ".join(map(str, sorted(passed))),
+                *_tally(passed),
             )
         return True
 
@@ -327,8 +325,7 @@ class Loop(Generic[S]):
                 "instance while Redis was away, were not checked for writes a failover lost "
                 "(Redis did not answer before the end): run `dsh verify` on them: %s",
                 self.name,
-                sum(map(len, left.values())),
-                ", ".join(map(str, sorted(left))),
+                *_tally(left),
                 ", ".join(sorted(sid for sids in left.values() for sid in sids)[:20]),
             )
 
@@ -581,3 +578,8 @@ def _sessions_of(messages: Iterable[Message]) -> set[str]:
     """The sessions ``messages`` are records of (the events topic is keyed by session)."""
     # A key that is not UTF-8 is poison (records.decode): it names no cached session.
     return {key.decode("utf-8", "replace") for m in messages if (key := m.key()) is not None}
+
+
+def _tally(by_partition: Mapping[int, Collection[str]]) -> tuple[int, str]:
+    """How many sessions, and the partitions they are in, for a log line."""
+    return sum(map(len, by_partition.values())), ", ".join(map(str, sorted(by_partition)))
