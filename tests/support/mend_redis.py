@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
 
 from projectors.runtime import handover
 
@@ -20,6 +21,7 @@ class MendRedis:
     sets: dict[str, set[bytes]] = field(default_factory=dict)
     trips: list[list[tuple[Any, ...]]] = field(default_factory=list)
     _queued: list[tuple[Any, ...]] = field(default_factory=list)
+    away: bool = False  # every round trip fails, as with Redis down
 
     # --- the client's pipeline ---
     def pipeline(self, transaction: bool) -> MendRedis:
@@ -34,6 +36,8 @@ class MendRedis:
 
     # --- the link ---
     def round_trip(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        if self.away:
+            raise redis.ConnectionError("Redis is away")
         self.trips.append(list(commands))
         return [self._run(*command) for command in commands]
 

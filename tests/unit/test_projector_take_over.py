@@ -202,23 +202,12 @@ def test_sessions_of_a_partition_moved_while_redis_was_away_are_passed_on_at_the
     assert not loop.handover.due()
 
 
-@dataclass
-class _Away(MendRedis):
-    away: bool = True
-
-    def execute(self) -> list[Any]:
-        if self.away:
-            self._queued.clear()
-            raise redis.ConnectionError("Redis is away")
-        return super().execute()
-
-
 def test_a_pass_on_redis_does_not_take_is_kept_and_tried_again_later_the_cache_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     loop, consumer = _loop(owned=[0], handed_on={})
     monkeypatch.setattr(loop, "_finish_inflight", lambda consumer, wait=False: None)
-    away = _Away()
+    away = MendRedis(away=True)
     loop.store.client = away
     loop.handover.moved({"lost": (1, 7)})
     loop.store.behind_of = {1: {"lost"}}
