@@ -101,9 +101,8 @@ class Handover:
         partitions = sorted({partition for partition, _ in self._moved.values()})
         pipelined(self.store.client, [("SREM", key(self.name, p), "") for p in partitions])
         behind = self.store.behind(self._moved)
-        commands = [("SADD", key(self.name, p), *sorted(s)) for p, s in behind.items()]
-        if commands:
-            pipelined(self.store.client, commands)
+        if behind:
+            pipelined(self.store.client, self._additions(behind))
         self._moved.clear()
         return behind
 
@@ -139,10 +138,13 @@ class Handover:
 
     def record(self, behind: Mapping[int, Collection[str]]) -> None:
         """Hand ``behind`` (partition → sessions) on, before their rebuild starts."""
-        key = self.keys.mend
-        commands = [("SADD", key(self.name, p), *sorted(s)) for p, s in behind.items() if s]
+        commands = self._additions(behind)
         if commands:
             raise_errors(self.store.link.round_trip(commands))
+
+    def _additions(self, behind: Mapping[int, Collection[str]]) -> list[tuple[str, ...]]:
+        key = self.keys.mend
+        return [("SADD", key(self.name, p), *sorted(s)) for p, s in behind.items() if s]
 
     def settled(self, partition: int, sids: Collection[str]) -> None:
         """``sids`` of ``partition`` are rebuilt: no one owes them any more."""

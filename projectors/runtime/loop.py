@@ -252,9 +252,9 @@ class Loop(Generic[S]):
         """Hand on what a failover set back in partitions revoked while Redis was away, then
         rebuild the sessions whose failover mend a previous owner of the partitions assigned
         since the last round handed on (:mod:`.handover`): one read per assignment, and one a
-        minute for every partition owned. Nothing
-        else is in hand meanwhile, so a failure leaves no batch's replies unread: the mend is
-        tried again a little later, and the next batch settled checks what the cache held.
+        minute for every partition owned. Nothing else is in hand meanwhile, so a failure
+        leaves no batch's replies unread: the mend is tried again a little later, and the next
+        batch settled checks what the cache held.
         A stop cuts it short, unlike the mend itself: what is left stays handed on, to
         whoever is assigned the partitions next (no batch here commits them any more)."""
         handover = self.handover

@@ -102,9 +102,10 @@ class Ownership:
     def revoke(self, partitions: list[TopicPartition]) -> None:
         # Lost (membership expired) too: the batch in flight is still applied (harmless, the
         # apply is idempotent) but its offsets are refused; the next owner applies it again.
-        self.settle({tp.partition for tp in partitions})
-        moved = self.store.forget_partitions({tp.partition for tp in partitions})
-        self.handover.revoked({tp.partition for tp in partitions})
+        revoked = {tp.partition for tp in partitions}
+        self.settle(revoked)
+        moved = self.store.forget_partitions(revoked)
+        self.handover.revoked(revoked)
         self.handover.moved(moved)
         self.stats["partitions_revoked"] += len(partitions)
         for tp in partitions:
