@@ -69,12 +69,13 @@ def checkpoint_state(checkpoint: Checkpoint) -> dict[str, Any]:
     froms = checkpoint.unsnapshotted
     if not froms:
         return {"eventsOffset": checkpoint.offset}
+    events_offset = min(checkpoint.offset, *froms.values())
     if len(froms) > MAX_UNSNAPSHOTTED:
         # Sessions evicted by a restore before any snapshot covered them can be a whole
         # partition's: named one by one they would outgrow the record.
-        return {"eventsOffset": min(checkpoint.offset, *froms.values())}
+        return {"eventsOffset": events_offset}
     return {
-        "eventsOffset": min(checkpoint.offset, *froms.values()),
+        "eventsOffset": events_offset,
         "coveredOffset": checkpoint.offset,
         "unsnapshotted": dict(sorted(froms.items())),
     }
@@ -240,7 +241,8 @@ def restore_partition(
             )  # fmt: skip
     tails = _tails_kept(budget or Budget(), logs, last_at, tail_bytes, heads)
     answered_tails: dict[str, set[str]] = {}
-    for sid in [sid for sid in logs if sid not in tails]:
+    kept_tails = set(tails)  # a list, in build order: too slow to ask per session
+    for sid in [sid for sid in logs if sid not in kept_tails]:
         head = heads.of.get(sid)
         stub = Evicted(
             _length(head) + len(logs[sid]),
