@@ -11,7 +11,7 @@ setting, a fetch in flight to each broker leading partitions of the topic."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -103,8 +103,8 @@ def split(buffer_bytes: int, leaders: int) -> Split:
     prefetch = max(buffer_bytes // PREFETCH_SHARE, PREFETCH_FLOOR)
     fetch = min(max(prefetch // leaders, PREFETCH_FLOOR), _FETCH_MAX)
     queue = min(max(2 * prefetch - leaders * fetch, PREFETCH_FLOOR) // 1024, _QUEUE_KBYTES_MAX)
-    consumer = 2 * (queue * 1024 + leaders * fetch)  # as Split.consumer counts it
-    return Split(max(buffer_bytes - consumer, buffer_bytes // 2), queue * 1024, fetch, leaders)
+    sized = Split(0, queue * 1024, fetch, leaders)
+    return replace(sized, rows=max(buffer_bytes - sized.consumer, buffer_bytes // 2))
 
 
 class Budget:
