@@ -22,6 +22,7 @@ class MendRedis:
     trips: list[list[tuple[Any, ...]]] = field(default_factory=list)
     _queued: list[tuple[Any, ...]] = field(default_factory=list)
     away: bool = False  # every round trip fails, as with Redis down
+    refuses_writes: bool = False  # reads answered, writes refused, as by a replica
 
     # --- the client's pipeline ---
     def pipeline(self, transaction: bool) -> MendRedis:
@@ -38,6 +39,8 @@ class MendRedis:
     def round_trip(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         if self.away:
             raise redis.ConnectionError("Redis is away")
+        if self.refuses_writes and any(c[0] != "SMEMBERS" for c in commands):
+            raise redis.ReadOnlyError("You can't write against a read only replica.")
         self.trips.append(list(commands))
         return [self._run(*command) for command in commands]
 

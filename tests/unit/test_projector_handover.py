@@ -4,7 +4,8 @@ per batch. Redis is a stand-in that records the commands sent."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -18,6 +19,11 @@ from tests.support.mend_redis import MendRedis, handover_clock
 class _Store:
     client: MendRedis
     link: MendRedis
+    asked: list[dict[str, tuple[int, int]]] = field(default_factory=list)  # behind()'s reads
+
+    def behind(self, believed: Mapping[str, tuple[int, int]]) -> dict[int, set[str]]:
+        self.asked.append(dict(believed))
+        return {}
 
 
 def handover(redis: MendRedis) -> Handover:
@@ -127,12 +133,18 @@ def test_what_was_believed_of_a_moved_session_keeps_its_highest_seq() -> None:
 
 def test_a_pass_on_is_only_read_from_a_redis_that_takes_writes() -> None:
     """An old primary cut off from its replicas answers reads with the writes a failover is
-    about to lose, but refuses writes: nothing is passed on nor forgotten."""
-    h = handover(MendRedis(away=True))
+    about to lose, but refuses writes: nothing is read, passed on nor forgotten."""
+    redis = MendRedis(refuses_writes=True)
+    store = _Store(redis, redis)
+    h = Handover("surface", Keys(), store)  # type: ignore[arg-type]
     h.moved({"s": (1, 7)})
-    with pytest.raises(RedisConnectionError):
-        h.pass_on()  # the probe write fails before any read
+    with pytest.raises(RedisConnectionError):  # READONLY: the primary is now a replica
+        h.pass_on()
+    assert store.asked == []  # the probe write failed before any read
     assert h._moved == {"s": (1, 7)}
+    redis.refuses_writes = False
+    assert h.pass_on() == {}
+    assert store.asked == [{"s": (1, 7)}] and h._moved == {}
 
 
 def test_what_could_not_be_passed_on_is_named_at_the_end() -> None:

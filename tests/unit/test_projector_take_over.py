@@ -8,6 +8,7 @@ cached."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -236,3 +237,15 @@ def test_the_sessions_of_a_batch_redis_failed_are_not_believed_applied(
     with pytest.raises(redis.ConnectionError):
         loop._step(consumer, read, stop)
     assert loop.store.unacked == [{"a", "b", "\ufffd"}]
+
+
+def test_what_redis_never_took_back_is_named_at_the_end(caplog: pytest.LogCaptureFixture) -> None:
+    loop, _ = _loop(owned=[0], handed_on={})
+    loop.store.client = MendRedis(away=True)
+    loop.handover.moved({"lost-1": (1, 7), "lost-3": (3, 2)})
+    assert not loop._pass_on(last=True)
+    with caplog.at_level(logging.WARNING, logger="projectors"):
+        loop._left_unpassed()
+    (line,) = [r.getMessage() for r in caplog.records if "dsh verify" in r.getMessage()]
+    assert "2 session(s) of partition(s) 1, 3" in line and "lost-1, lost-3" in line
+    assert not loop.handover.due()
