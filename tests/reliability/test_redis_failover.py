@@ -43,6 +43,7 @@ from tests.reliability.harness import (
     sessions_spread,
     verify_all,
 )
+from tests.support import read_models
 from tests.support.waiting import wait_for
 
 TURN = 6  # events in a turn of the load's script (script_step)
@@ -237,18 +238,9 @@ def take_turn(client: SessionClient, quiet: History, turn: int) -> None:
 def applied(client: redis.Redis, prefix: str, sessions: list[str]) -> dict[str, dict[str, int]]:
     """Projection → session → the seq it has applied in ``client``'s Redis (-1: none)."""
     keys = Keys(prefix)
-    pipe = client.pipeline(transaction=False)
-    for p in PROJECTIONS:
-        for sid in sessions:
-            pipe.hget(keys.meta(p, sid), "applied")
-    values = iter(pipe.execute())
-    out: dict[str, dict[str, int]] = {}
-    for p in PROJECTIONS:
-        out[p] = {}
-        for sid in sessions:
-            value = next(values)
-            out[p][sid] = -1 if value is None else int(value)
-    return out
+    return {
+        p: {sid: read_models.applied(client, p, sid, keys) for sid in sessions} for p in PROJECTIONS
+    }
 
 
 class Commits:
